@@ -1,0 +1,174 @@
+"""The ``rlpipe`` command. It parses and prints; the work lives in library functions.
+
+A user's mistake (an :class:`~rlpipe.errors.InputError`) ends with one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Callable, Sequence
+
+from rlpipe.errors import InputError
+
+
+def _floats(text: str, option: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise InputError(f"{option} '{text}': expected comma-separated numbers like 1,1,0.6") from None
+    if not all(math.isfinite(v) for v in values):
+        raise InputError(f"{option} '{text}': every value must be finite")
+    return values
+
+
+def _positive_bandwidth(value: float | None) -> float:
+    if value is None:
+        return math.inf
+    if not value > 0:
+        raise InputError(f"--bandwidth-gbps: must be > 0, got {value}")
+    return value
+
+
+# --- profile ---------------------------------------------------------------------------------
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    import torch
+
+    from rlpipe.models import load_model
+    from rlpipe.profile import measure_profile
+
+    if args.batch % args.microbatches:
+        raise InputError(f"--batch {args.batch}: must be divisible by --microbatches {args.microbatches}")
+    torch.set_num_threads(1)  # the runtime runs one thread per stage: profile what it will see
+    spec = load_model(args.model, args.layers, args.batch // args.microbatches)
+    print(f"profiling {spec.name}: {len(spec.layers)} layers, micro-batch {spec.example_microbatch.shape[0]}",
+          file=sys.stderr)
+    profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn,
+                              name=f"{spec.name}{len(spec.layers)}", repeats=args.repeats)
+    profile.save(args.output)
+    total = sum(layer.compute_ms for layer in profile.layers)
+    print(f"wrote {args.output}: {profile.num_layers} layers, {total:.2f} ms fwd+bwd per micro-batch")
+
+
+# --- partition -------------------------------------------------------------------------------
+
+def cmd_partition(args: argparse.Namespace) -> None:
+    from rlpipe.partition import optimal_partition, stage_memory_bytes
+    from rlpipe.profile import load_profile
+
+    profile = load_profile(args.profile)
+    speeds = _floats(args.speeds, "--speeds") if args.speeds else None
+    memory_cap = None if args.memory_gb is None else args.memory_gb * 1e9
+    plan = optimal_partition(profile, args.stages, speeds, _positive_bandwidth(args.bandwidth_gbps),
+                             memory_cap_bytes=memory_cap, microbatches=args.microbatches, schedule=args.schedule)
+    if args.json:
+        print(json.dumps({"boundaries": list(plan.partition.boundaries), "stage_ms": plan.stage_ms.tolist(),
+                          "bottleneck_ms": plan.bottleneck_ms}))
+        return
+    memory = stage_memory_bytes(profile, plan.partition, args.microbatches, args.schedule)
+    print(f"{profile.name}: {profile.num_layers} layers on {args.stages} stages")
+    print(f"{'stage':>5} {'layers':>9} {'ms/microbatch':>14} {'memory MB':>10}")
+    for stage, ((start, end), ms) in enumerate(zip(plan.partition.stage_ranges(), plan.stage_ms)):
+        print(f"{stage:>5} {f'{start}-{end - 1}':>9} {ms:>14.3f} {memory[stage] / 1e6:>10.1f}")
+    print(f"boundaries {','.join(map(str, plan.partition.boundaries))}  bottleneck {plan.bottleneck_ms:.3f} ms")
+
+
+# --- simulate --------------------------------------------------------------------------------
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    from rlpipe.partition import Partition
+    from rlpipe.profile import load_profile
+    from rlpipe.simulator import simulate
+
+    profile = load_profile(args.profile)
+    partition = Partition.parse(args.boundaries, profile.num_layers)
+    slowdown = _floats(args.slowdown, "--slowdown") if args.slowdown else None
+    timing = simulate(profile, partition, args.schedule, args.microbatches, slowdown,
+                      _positive_bandwidth(args.bandwidth_gbps))
+    if args.json:
+        print(json.dumps(timing.to_dict()))
+        return
+    print(f"{args.schedule}, {args.microbatches} micro-batches: iteration {timing.iteration_ms:.3f} ms")
+    print(f"{'stage':>5} {'compute ms':>11} {'comm ms':>9} {'idle ms':>9}")
+    for stage, row in enumerate(timing.to_dict()["stages"]):
+        print(f"{stage:>5} {row['compute_ms']:>11.3f} {row['comm_ms']:>9.3f} {row['idle_ms']:>9.3f}")
+
+
+# --- scenario --------------------------------------------------------------------------------
+
+def cmd_scenario(args: argparse.Namespace) -> None:
+    from rlpipe.interference import generate_scenario
+
+    trace = generate_scenario(args.name, args.devices, args.duration_s, args.seed)
+    trace.save_csv(args.output)
+    print(f"wrote {args.output}: {args.name}, {args.devices} devices, {args.duration_s:g} s, "
+          f"{len(trace.change_s) - 1} changes, worst slowdown {trace.slowdown.max():.2f}x")
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlpipe", description="Repartition pipeline-parallel training under interference: profile a "
+        "model, plan and simulate partitions, generate interference scenarios.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], None], help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    p = add("profile", cmd_profile, "Measure each layer of a torch model on this machine and write a profile JSON.")
+    p.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn) or pkg.module:factory")
+    p.add_argument("--layers", type=int, default=None, help="number of layers of a built-in model")
+    p.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
+    p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration (default 8)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per layer; the median is kept (default 5)")
+    p.add_argument("-o", "--output", required=True, help="profile JSON to write")
+
+    p = add("partition", cmd_partition, "The contiguous partition that minimises the bottleneck stage time.")
+    p.add_argument("--profile", required=True, help="profile JSON, or the name of a shipped profile")
+    p.add_argument("--stages", type=int, required=True, help="number of pipeline stages")
+    p.add_argument("--speeds", help="relative device speed per stage, e.g. 1,1,0.6,1 (default all 1)")
+    p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth, Gbit/s (default: infinite, no comm cost)")
+    p.add_argument("--memory-gb", type=float, help="memory cap per stage, GB (default: none)")
+    p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration, for memory (default 8)")
+    p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="schedule, for memory (default 1f1b)")
+    p.add_argument("--json", action="store_true", help="print {boundaries, stage_ms, bottleneck_ms} as JSON")
+
+    p = add("simulate", cmd_simulate, "Simulate one training iteration of a partition under a schedule.")
+    p.add_argument("--profile", required=True, help="profile JSON, or the name of a shipped profile")
+    p.add_argument("--boundaries", required=True, help="first layer of each stage, e.g. 0,5,9,14")
+    p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule (default 1f1b)")
+    p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration (default 8)")
+    p.add_argument("--slowdown", help="slowdown factor per stage device, e.g. 1,1,2,1 (default all 1)")
+    p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth, Gbit/s (default: infinite)")
+    p.add_argument("--json", action="store_true", help="print {iteration_ms, stages: [...]} as JSON")
+
+    p = add("scenario", cmd_scenario, "Write an interference preset as a time_s,device,slowdown trace CSV.")
+    p.add_argument("--name", required=True, help="preset: none, light, heavy, bursty, drift, periodic, jitter")
+    p.add_argument("--devices", type=int, required=True, help="number of devices (pipeline stages)")
+    p.add_argument("--duration-s", type=float, default=3600.0, help="length of the trace, s (default 3600)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("-o", "--output", required=True, help="trace CSV to write")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.handler(args)
+    except InputError as err:
+        print(f"rlpipe {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rlpipe {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Per-layer cost profiles: the one description of a model that partitioner, simulator and runtime read.
+
+A profile is measured on a real torch model (:func:`measure_profile`) and stored as JSON::
+
+    {"name": str, "microbatch_size": int,
+     "layers": [{"name": str, "fwd_ms": float, "bwd_ms": float, "activation_bytes": int,
+                 "param_bytes": int, "optimizer_bytes": int}, ...]}
+
+``activation_bytes`` is the size of the layer's output for one micro-batch; ``optimizer_bytes`` is the
+optimizer state for the layer's parameters (Adam keeps two moments: 2x the parameter bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from rlpipe.errors import InputError
+
+LAYER_FIELDS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "optimizer_bytes")
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Measured cost of one layer for one micro-batch.
+
+    Attributes:
+        name: the layer's name (its module class and index).
+        fwd_ms: forward time in milliseconds.
+        bwd_ms: backward time in milliseconds.
+        activation_bytes: bytes of the layer's output (what crosses a stage boundary after it).
+        param_bytes: bytes of the layer's parameters.
+        optimizer_bytes: bytes of the optimizer state of those parameters.
+    """
+
+    name: str
+    fwd_ms: float
+    bwd_ms: float
+    activation_bytes: int
+    param_bytes: int
+    optimizer_bytes: int
+
+    @property
+    def compute_ms(self) -> float:
+        return self.fwd_ms + self.bwd_ms
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes that move when the layer changes stage: parameters plus optimizer state."""
+        return self.param_bytes + self.optimizer_bytes
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """A model's per-layer costs, in execution order."""
+
+    name: str
+    microbatch_size: int
+    layers: tuple[LayerCost, ...]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def compute_ms(self) -> np.ndarray:
+        """Forward + backward time of each layer, ms per micro-batch."""
+        return np.array([layer.compute_ms for layer in self.layers], dtype=np.float64)
+
+    def activation_bytes(self) -> np.ndarray:
+        return np.array([layer.activation_bytes for layer in self.layers], dtype=np.float64)
+
+    def state_bytes(self) -> np.ndarray:
+        return np.array([layer.state_bytes for layer in self.layers], dtype=np.float64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "microbatch_size": self.microbatch_size,
+                "layers": [asdict(layer) for layer in self.layers]}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "profile") -> "LayerProfile":
+        """Validate and build a profile; every problem is an :class:`InputError` naming the field."""
+        if not isinstance(data, dict):
+            raise InputError(f"{source}: expected a JSON object with 'name', 'microbatch_size', 'layers'")
+        for key in ("name", "microbatch_size", "layers"):
+            if key not in data:
+                raise InputError(f"{source}: missing field '{key}'")
+        microbatch_size = data["microbatch_size"]
+        if not _is_int(microbatch_size) or microbatch_size < 1:
+            raise InputError(f"{source}: microbatch_size: must be an integer >= 1, got {microbatch_size!r}")
+        raw_layers = data["layers"]
+        if not isinstance(raw_layers, list) or not raw_layers:
+            raise InputError(f"{source}: layers: must be a non-empty list")
+        layers = [_layer_from_dict(raw, f"{source}: layers[{i}]") for i, raw in enumerate(raw_layers)]
+        return cls(name=str(data["name"]), microbatch_size=int(microbatch_size), layers=tuple(layers))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LayerProfile":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such profile file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: not valid JSON ({err})") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _layer_from_dict(raw: Any, where: str) -> LayerCost:
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: expected an object with fields {', '.join(LAYER_FIELDS)}")
+    for key in LAYER_FIELDS:
+        if key not in raw:
+            raise InputError(f"{where}: missing field '{key}'")
+    for key in ("fwd_ms", "bwd_ms"):
+        value = raw[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise InputError(f"{where}.{key}: must be a finite number >= 0, got {value!r}")
+    for key in ("activation_bytes", "param_bytes", "optimizer_bytes"):
+        value = raw[key]
+        if not _is_int(value) or value < 0:
+            raise InputError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
+    return LayerCost(name=str(raw["name"]), fwd_ms=float(raw["fwd_ms"]), bwd_ms=float(raw["bwd_ms"]),
+                     activation_bytes=raw["activation_bytes"], param_bytes=raw["param_bytes"],
+                     optimizer_bytes=raw["optimizer_bytes"])
+
+
+def shipped_profile_names() -> list[str]:
+    """Names of the profiles that ship inside the package (``rlpipe/profiles/NAME.json``)."""
+    folder = resources.files("rlpipe") / "profiles"
+    return sorted(entry.name[:-5] for entry in folder.iterdir() if entry.name.endswith(".json"))
+
+
+def load_profile(name_or_path: str | Path) -> LayerProfile:
+    """Load a shipped profile by name (``transformer16``) or any profile by path."""
+    name = str(name_or_path)
+    if name in shipped_profile_names():
+        data = json.loads((resources.files("rlpipe") / "profiles" / f"{name}.json").read_text())
+        return LayerProfile.from_dict(data, source=f"shipped profile {name}")
+    if not Path(name).exists() and not name.endswith(".json"):
+        raise InputError(f"profile '{name}': neither a file nor a shipped profile "
+                         f"(shipped: {', '.join(shipped_profile_names())})")
+    return LayerProfile.load(name)
+
+
+def measure_profile(layers: Sequence[Any], example_microbatch: Any, target: Any, loss_fn: Callable,
+                    name: str = "model", warmup: int = 2, repeats: int = 5) -> LayerProfile:
+    """Time each layer's forward and backward on this machine, one micro-batch at a time.
+
+    Each layer runs on the (detached) output of the layer before it, so its time is its own. The
+    last layer's forward includes the loss and its backward starts from the loss. Times are the
+    median of ``repeats`` runs after ``warmup`` runs; optimizer bytes assume Adam (two moments).
+    """
+    import torch
+
+    costs = []
+    layer_input = example_microbatch
+    for index, layer in enumerate(layers):
+        is_last = index == len(layers) - 1
+        fwd_samples, bwd_samples = [], []
+        for run in range(warmup + repeats):
+            x = layer_input.detach().requires_grad_(layer_input.is_floating_point())
+            start = time.perf_counter()
+            out = layer(x)
+            head = loss_fn(out, target) if is_last else out
+            mid = time.perf_counter()
+            if head.requires_grad:
+                if is_last:
+                    head.backward()
+                else:
+                    head.backward(torch.ones_like(head))
+            end = time.perf_counter()
+            layer.zero_grad(set_to_none=True)
+            if run >= warmup:
+                fwd_samples.append((mid - start) * 1e3)
+                bwd_samples.append((end - mid) * 1e3)
+        param_bytes = sum(p.numel() * p.element_size() for p in layer.parameters())
+        costs.append(LayerCost(
+            name=f"{index}:{type(layer).__name__}",
+            fwd_ms=round(statistics.median(fwd_samples), 5),
+            bwd_ms=round(statistics.median(bwd_samples), 5),
+            activation_bytes=int(out.numel() * out.element_size()),
+            param_bytes=int(param_bytes),
+            optimizer_bytes=int(2 * param_bytes),
+        ))
+        layer_input = out.detach()
+    return LayerProfile(name=name, microbatch_size=int(example_microbatch.shape[0]), layers=tuple(costs))

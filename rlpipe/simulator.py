@@ -1,0 +1,211 @@
+"""Pipeline simulator: the time of one training iteration of a partition under a schedule.
+
+The schedule is simulated operation by operation: every stage runs its forward (F) and backward (B)
+micro-batches in the schedule's order; F of micro-batch m on stage s waits for F of m on stage s-1,
+B of m on stage s waits for B of m on stage s+1, and each such hand-off crosses the link between
+the two stages (activation forward, gradient backward; one transfer at a time per link direction).
+Operation durations come from the profile, stretched by each device's slowdown factor.
+
+Per stage it reports ``compute_ms`` (forward + backward work), ``comm_ms`` (waiting on a transfer
+that had already been produced) and ``idle_ms`` (the rest of the iteration: pipeline bubbles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+from numba import njit
+
+from rlpipe.errors import InputError
+from rlpipe.partition import SCHEDULES, Partition, link_bandwidths, link_transfer_ms
+from rlpipe.profile import LayerProfile
+
+
+@dataclass(frozen=True)
+class IterationTiming:
+    """One simulated iteration: its wall time and each stage's split of it, all in ms."""
+
+    iteration_ms: float
+    compute_ms: np.ndarray
+    comm_ms: np.ndarray
+    idle_ms: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration_ms": self.iteration_ms,
+                "stages": [{"compute_ms": float(c), "comm_ms": float(w), "idle_ms": float(i)}
+                           for c, w, i in zip(self.compute_ms, self.comm_ms, self.idle_ms)]}
+
+
+def stage_order(num_stages: int, microbatches: int, schedule: str, stage: int) -> list[tuple[bool, int]]:
+    """The ``(is_backward, microbatch)`` operations one stage runs, in its schedule's order."""
+    if schedule == "gpipe":
+        return [(False, m) for m in range(microbatches)] + [(True, m) for m in range(microbatches)]
+    if schedule != "1f1b":
+        raise InputError(f"--schedule '{schedule}': expected one of {', '.join(SCHEDULES)}")
+    warmup = min(num_stages - stage - 1, microbatches)
+    ops = [(False, m) for m in range(warmup)]
+    for m in range(microbatches - warmup):  # steady state: one forward, one backward
+        ops += [(False, warmup + m), (True, m)]
+    ops += [(True, m) for m in range(microbatches - warmup, microbatches)]
+    return ops
+
+
+@lru_cache(maxsize=256)
+def _operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple[np.ndarray, ...]:
+    """All operations in an order that respects every dependency, as flat arrays for the kernel.
+
+    Returns (stage, is_backward, producer index or -1, link index) per operation.
+    """
+    orders = [stage_order(num_stages, microbatches, schedule, s) for s in range(num_stages)]
+    position = [0] * num_stages
+    index_of: dict[tuple[int, bool, int], int] = {}
+    stage, backward, producer, link = [], [], [], []
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
+        for s in range(num_stages):
+            while position[s] < len(orders[s]):
+                is_bwd, mb = orders[s][position[s]]
+                if is_bwd:
+                    dep = (s + 1, True, mb) if s < num_stages - 1 else None
+                else:
+                    dep = (s - 1, False, mb) if s > 0 else None
+                if dep is not None and dep not in index_of:
+                    break
+                index_of[(s, is_bwd, mb)] = len(stage)
+                stage.append(s)
+                backward.append(is_bwd)
+                producer.append(-1 if dep is None else index_of[dep])
+                link.append(-1 if dep is None else min(s, dep[0]))
+                position[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {schedule} deadlocks with {num_stages} stages, {microbatches} micro-batches")
+    return (np.array(stage, dtype=np.int64), np.array(backward, dtype=np.bool_),
+            np.array(producer, dtype=np.int64), np.array(link, dtype=np.int64))
+
+
+@njit(cache=True)
+def _simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms, link_ms):  # pragma: no cover
+    num_stages = fwd_ms.shape[0]
+    num_links = max(num_stages - 1, 1)
+    end = np.empty(op_stage.shape[0])
+    stage_free = np.zeros(num_stages)
+    link_free = np.zeros((2, num_links))  # [direction, link]: when the link is next free
+    compute = np.zeros(num_stages)
+    comm_wait = np.zeros(num_stages)
+    for i in range(op_stage.shape[0]):
+        s = op_stage[i]
+        direction = 1 if op_backward[i] else 0
+        duration = bwd_ms[s] if op_backward[i] else fwd_ms[s]
+        start = stage_free[s]
+        producer = op_producer[i]
+        if producer >= 0:
+            link = op_link[i]
+            produced = end[producer]
+            send = max(produced, link_free[direction, link])
+            arrival = send + link_ms[link]
+            link_free[direction, link] = arrival
+            if arrival > start:
+                comm_wait[s] += arrival - max(start, produced)
+                start = arrival
+        end[i] = start + duration
+        stage_free[s] = end[i]
+        compute[s] += duration
+    iteration = stage_free.max()
+    return iteration, compute, comm_wait, iteration - compute - comm_wait
+
+
+def simulate_schedule(fwd_ms: np.ndarray, bwd_ms: np.ndarray, link_ms: np.ndarray, schedule: str,
+                      microbatches: int) -> IterationTiming:
+    """Simulate one iteration from per-stage operation times (ms per micro-batch, slowdowns applied)
+    and per-link one-way transfer times (ms per micro-batch; ``len = stages - 1``)."""
+    if microbatches < 1:
+        raise InputError(f"--microbatches: must be >= 1, got {microbatches}")
+    graph = _operation_graph(len(fwd_ms), microbatches, schedule)
+    links = np.zeros(1) if len(link_ms) == 0 else np.asarray(link_ms, dtype=np.float64)
+    iteration, compute, comm, idle = _simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),
+                                                      np.asarray(bwd_ms, dtype=np.float64), links)
+    return IterationTiming(float(iteration), compute, comm, np.maximum(idle, 0.0))
+
+
+class PipelineCosts:
+    """A profile reduced to the prefix sums the simulator needs, so that per-partition costs are cheap."""
+
+    def __init__(self, profile: LayerProfile):
+        self.profile = profile
+        self.num_layers = profile.num_layers
+        self._prefix_fwd = np.concatenate([[0.0], np.cumsum([layer.fwd_ms for layer in profile.layers])])
+        self._prefix_bwd = np.concatenate([[0.0], np.cumsum([layer.bwd_ms for layer in profile.layers])])
+        self.activation_bytes = profile.activation_bytes()
+        self.state_bytes = profile.state_bytes()
+
+    def stage_fwd_bwd_ms(self, boundaries: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Interference-free forward and backward ms per micro-batch of each stage."""
+        edges = np.append(np.asarray(boundaries), self.num_layers)
+        return np.diff(self._prefix_fwd[edges]), np.diff(self._prefix_bwd[edges])
+
+    def link_ms(self, boundaries: Sequence[int], bandwidth_gbps: float,
+                link_factors: Sequence[float] | None = None) -> np.ndarray:
+        """One-way transfer ms per micro-batch on each link (the activation leaving each stage)."""
+        num_stages = len(boundaries)
+        last_layers = np.asarray(boundaries[1:], dtype=np.int64) - 1
+        links = link_bandwidths(num_stages, bandwidth_gbps, link_factors)
+        return np.asarray(link_transfer_ms(self.activation_bytes[last_layers], links), dtype=np.float64)
+
+    def simulate(self, boundaries: Sequence[int], schedule: str, microbatches: int,
+                 slowdown: Sequence[float] | None = None, bandwidth_gbps: float = math.inf,
+                 link_factors: Sequence[float] | None = None) -> IterationTiming:
+        fwd, bwd = self.stage_fwd_bwd_ms(boundaries)
+        if slowdown is not None:
+            factor = np.asarray(slowdown, dtype=np.float64)
+            fwd, bwd = fwd * factor, bwd * factor
+        return simulate_schedule(fwd, bwd, self.link_ms(boundaries, bandwidth_gbps, link_factors),
+                                 schedule, microbatches)
+
+
+def simulate(profile: LayerProfile, partition: Partition, schedule: str = "1f1b", microbatches: int = 8,
+             slowdown: Sequence[float] | None = None, bandwidth_gbps: float = math.inf,
+             link_factors: Sequence[float] | None = None) -> IterationTiming:
+    """One iteration of ``partition`` under ``schedule`` with per-device ``slowdown`` factors (>= 1)."""
+    if slowdown is not None:
+        slowdown = np.asarray(slowdown, dtype=np.float64)
+        if slowdown.shape != (partition.num_stages,):
+            raise InputError(f"--slowdown: expected {partition.num_stages} values (one per stage), got {slowdown.size}")
+        if not np.all(np.isfinite(slowdown)) or np.any(slowdown <= 0):
+            raise InputError(f"--slowdown: every factor must be a finite number > 0, got {slowdown.tolist()}")
+    return PipelineCosts(profile).simulate(partition.boundaries, schedule, microbatches, slowdown,
+                                           bandwidth_gbps, link_factors)
+
+
+@dataclass(frozen=True)
+class MigrationCost:
+    """The stall of a repartition: a fixed overhead plus the moved state over the migration link.
+
+    Attributes:
+        bandwidth_gbps: bandwidth that parameters and optimizer state move at, Gbit/s.
+        overhead_s: fixed cost of any repartition (agreeing, rebuilding stages and schedules), s.
+    """
+
+    bandwidth_gbps: float = 10.0
+    overhead_s: float = 0.5
+
+    def bytes_moved(self, state_bytes: np.ndarray, old: Sequence[int], new: Sequence[int]) -> float:
+        """Parameter + optimizer bytes of the layers that change stage between two boundary lists."""
+        num_layers = len(state_bytes)
+        layers = np.arange(num_layers)
+        old_stage = np.searchsorted(np.asarray(old), layers, side="right")
+        new_stage = np.searchsorted(np.asarray(new), layers, side="right")
+        return float(state_bytes[old_stage != new_stage].sum())
+
+    def stall_s(self, state_bytes: np.ndarray, old: Sequence[int], new: Sequence[int]) -> float:
+        """Seconds training stops to go from ``old`` to ``new`` boundaries (0 when they are equal)."""
+        if tuple(old) == tuple(new):
+            return 0.0
+        return self.overhead_s + float(link_transfer_ms(self.bytes_moved(state_bytes, old, new),
+                                                        self.bandwidth_gbps)) / 1e3
