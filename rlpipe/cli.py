@@ -9,9 +9,12 @@ import argparse
 import json
 import math
 import sys
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from rlpipe.errors import InputError
+
+if TYPE_CHECKING:
+    from rlpipe.envs.repartition import EnvConfig
 
 
 def _floats(text: str, option: str) -> list[float]:
@@ -108,6 +111,46 @@ def cmd_scenario(args: argparse.Namespace) -> None:
           f"{len(trace.change_s) - 1} changes, worst slowdown {trace.slowdown.max():.2f}x")
 
 
+# --- evaluate --------------------------------------------------------------------------------
+
+def _names(text: str, option: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise InputError(f"{option}: give at least one name")
+    return names
+
+
+def env_config_from_args(args: argparse.Namespace) -> "EnvConfig":
+    """The environment options shared by evaluate and train: --profile, --stages, --duration-s."""
+    from rlpipe.envs.repartition import EnvConfig
+    from rlpipe.profile import load_profile
+
+    overrides: dict = {"duration_s": args.duration_s}
+    if args.profile:
+        overrides["profile"] = load_profile(args.profile)
+    if args.stages:
+        overrides.update(min_stages=args.stages, max_stages=args.stages)
+    return EnvConfig(**overrides).validate()
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from rlpipe.agents import make_policy
+    from rlpipe.evaluate import evaluate, to_markdown, write_report
+    from rlpipe.interference import load_scenario
+
+    policies, scenarios = _names(args.policies, "--policies"), _names(args.scenarios, "--scenarios")
+    for policy in policies:
+        make_policy(policy)  # fail fast on a bad name or artifact, before any episode runs
+    for scenario in scenarios:
+        load_scenario(scenario, 1 if not scenario.startswith("trace:") else 64, 60.0)
+    if args.episodes < 1:
+        raise InputError(f"--episodes: must be >= 1, got {args.episodes}")
+    results = evaluate(policies, scenarios, args.episodes, args.seed, env_config_from_args(args))
+    files = write_report(results, args.out)
+    print(to_markdown(results))
+    print("wrote " + ", ".join(str(f) for f in files))
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration-s", type=float, default=3600.0, help="length of the trace, s (default 3600)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("-o", "--output", required=True, help="trace CSV to write")
+    p = add("evaluate", cmd_evaluate, "Run policies on the same seeded simulated episodes of each scenario; "
+            "write results.json, results.md and plots.")
+    p.add_argument("--policies", default="static,greedy,dynpipe,oracle",
+                   help="comma-separated: static, greedy, dynpipe, oracle, ppo, ppo:PATH (default: the four heuristics)")
+    p.add_argument("--scenarios", default="bursty,heavy,drift",
+                   help="comma-separated presets or trace:FILE.csv (default bursty,heavy,drift)")
+    p.add_argument("--episodes", type=int, default=5, help="episodes per policy and scenario (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the episodes (default 0)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--profile", help="use this profile (JSON or shipped name) instead of drawing one")
+    p.add_argument("--stages", type=int, help="use this stage count instead of drawing one")
+    p.add_argument("--duration-s", type=float, default=3600.0, help="simulated training time per episode, s (default 3600)")
     return parser
 
 

@@ -252,7 +252,7 @@ def generate_scenario(name: str, num_devices: int, duration_s: float = 3600.0, s
     elif name == "bursty":
         for intervals in per_device:
             # Pareto durations (shape 1.1, minimum 5 s): median ~9 s, mean ~55 s, a few last many minutes.
-            intervals += _episodes(rng, duration_s, 240.0, lambda: 5.0 * (1.0 + rng.pareto(1.1)), colocation)
+            intervals += _episodes(rng, duration_s, 90.0, lambda: 5.0 * (1.0 + rng.pareto(1.1)), colocation)
         link_events = _link_jitter(rng, num_devices, duration_s, 1200.0)
     elif name == "drift":
         victim = int(rng.integers(num_devices))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from rlpipe.errors import InputError
 from rlpipe.profile import LayerProfile
@@ -188,46 +189,68 @@ def optimal_boundaries(compute_ms: np.ndarray, activation_bytes: np.ndarray, sta
                        inflight: np.ndarray | None = None) -> tuple[tuple[int, ...], np.ndarray]:
     """Array-level core of :func:`optimal_partition`: returns (boundaries, stage time of each stage, ms).
 
-    ``best[b]`` is the smallest bottleneck over the stages placed so far when they cover layers
-    ``[0, b)``; each stage extends it by choosing where the previous stage ended.
+    Raises :class:`InputError` when no partition fits.
     """
-    num_layers, num_stages = len(compute_ms), len(speeds)
-    prefix_compute = np.concatenate([[0.0], np.cumsum(compute_ms)])
-    segment_compute = prefix_compute[None, :] - prefix_compute[:, None]  # [a, b]: layers a..b-1
-    empty = np.tril(np.ones((num_layers + 1, num_layers + 1), dtype=bool))  # b <= a
-    infeasible_memory = np.zeros_like(empty)
-    if memory_cap_bytes is not None:
-        prefix_state = np.concatenate([[0.0], np.cumsum(state_bytes)])
-        prefix_act = np.concatenate([[0.0], np.cumsum(activation_bytes)])
-        segment_state = prefix_state[None, :] - prefix_state[:, None]
-        segment_act = prefix_act[None, :] - prefix_act[:, None]
-    # comm_out[b]: the round trip of layer b-1's activation and gradient, for a stage ending at b.
-    comm_bytes = np.concatenate([[0.0], 2 * np.asarray(activation_bytes, dtype=np.float64)])
-
-    best = np.full(num_layers + 1, np.inf)
-    best[0] = 0.0
-    choice = np.zeros((num_stages, num_layers + 1), dtype=np.int64)
-    stage_cost = []
-    for stage in range(num_stages):
-        cost = segment_compute / speeds[stage]
-        if stage < num_stages - 1:
-            cost = cost + link_transfer_ms(comm_bytes, link_gbps[stage])[None, :]
-        if memory_cap_bytes is not None:
-            infeasible_memory = segment_state + inflight[stage] * segment_act > memory_cap_bytes
-        cost = np.where(empty | infeasible_memory, np.inf, cost)
-        candidates = np.maximum(best[:, None], cost)
-        choice[stage] = np.argmin(candidates, axis=0)
-        best = candidates[choice[stage], np.arange(num_layers + 1)]
-        stage_cost.append(cost)
-    if not np.isfinite(best[num_layers]):
+    num_stages = len(speeds)
+    comm_ms = np.empty((max(num_stages - 1, 1), len(compute_ms)))
+    for stage in range(num_stages - 1):  # a stage ending after layer i sends i's activation and gets its gradient
+        comm_ms[stage] = 2 * link_transfer_ms(activation_bytes, link_gbps[stage])
+    if num_stages == 1:
+        comm_ms[:] = 0.0
+    cap = np.inf if memory_cap_bytes is None else float(memory_cap_bytes)
+    inflight_counts = np.ones(num_stages) if inflight is None else np.asarray(inflight, dtype=np.float64)
+    boundaries, times, feasible = _bottleneck_dp(
+        np.asarray(compute_ms, dtype=np.float64), comm_ms, np.asarray(state_bytes, dtype=np.float64),
+        np.asarray(activation_bytes, dtype=np.float64), np.asarray(speeds, dtype=np.float64), cap, inflight_counts)
+    if not feasible:
         raise InputError(f"no partition into {num_stages} stages fits: memory cap too small "
                          f"or fewer layers than stages")
-    boundaries = [0] * num_stages
+    return tuple(int(b) for b in boundaries), times
+
+
+@njit(cache=True)
+def _bottleneck_dp(compute_ms, comm_ms, state_bytes, activation_bytes, speeds, cap, inflight):  # pragma: no cover
+    """Min-max dynamic program. ``best[s, b]``: smallest bottleneck of stages 0..s covering layers [0, b);
+    stage s covers [a, b) and ``choice[s, b]`` remembers the best a."""
+    num_layers, num_stages = compute_ms.shape[0], speeds.shape[0]
+    prefix = np.zeros(num_layers + 1)
+    prefix_state = np.zeros(num_layers + 1)
+    prefix_act = np.zeros(num_layers + 1)
+    for i in range(num_layers):
+        prefix[i + 1] = prefix[i] + compute_ms[i]
+        prefix_state[i + 1] = prefix_state[i] + state_bytes[i]
+        prefix_act[i + 1] = prefix_act[i] + activation_bytes[i]
+    best = np.full((num_stages, num_layers + 1), np.inf)
+    choice = np.zeros((num_stages, num_layers + 1), dtype=np.int64)
+    for s in range(num_stages):
+        last = s == num_stages - 1
+        for b in range(s + 1, num_layers - (num_stages - 1 - s) + 1):
+            if last and b != num_layers:
+                continue
+            for a in range(s, b):
+                previous = 0.0 if s == 0 else best[s - 1, a]
+                if s == 0 and a != 0:
+                    break
+                if previous == np.inf:
+                    continue
+                memory = prefix_state[b] - prefix_state[a] + inflight[s] * (prefix_act[b] - prefix_act[a])
+                if memory > cap:
+                    continue
+                cost = (prefix[b] - prefix[a]) / speeds[s]
+                if not last:
+                    cost += comm_ms[s, b - 1]
+                candidate = max(previous, cost)
+                if candidate < best[s, b]:
+                    best[s, b] = candidate
+                    choice[s, b] = a
+    boundaries = np.zeros(num_stages, dtype=np.int64)
+    times = np.zeros(num_stages)
+    if best[num_stages - 1, num_layers] == np.inf:
+        return boundaries, times, False
     end = num_layers
-    times = np.empty(num_stages)
-    for stage in range(num_stages - 1, -1, -1):
-        start = int(choice[stage][end])
-        boundaries[stage] = start
-        times[stage] = stage_cost[stage][start, end]
+    for s in range(num_stages - 1, -1, -1):
+        start = choice[s, end]
+        boundaries[s] = start
+        times[s] = (prefix[end] - prefix[start]) / speeds[s] + (0.0 if s == num_stages - 1 else comm_ms[s, end - 1])
         end = start
-    return tuple(boundaries), times
+    return boundaries, times, True

@@ -144,6 +144,7 @@ class PipelineCosts:
         self._prefix_bwd = np.concatenate([[0.0], np.cumsum([layer.bwd_ms for layer in profile.layers])])
         self.activation_bytes = profile.activation_bytes()
         self.state_bytes = profile.state_bytes()
+        self._stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def stage_fwd_bwd_ms(self, boundaries: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Interference-free forward and backward ms per micro-batch of each stage."""
@@ -161,12 +162,20 @@ class PipelineCosts:
     def simulate(self, boundaries: Sequence[int], schedule: str, microbatches: int,
                  slowdown: Sequence[float] | None = None, bandwidth_gbps: float = math.inf,
                  link_factors: Sequence[float] | None = None) -> IterationTiming:
-        fwd, bwd = self.stage_fwd_bwd_ms(boundaries)
+        key = (tuple(boundaries), bandwidth_gbps)
+        cached = self._stage_cache.get(key)
+        if cached is None:  # per-partition costs are reused across the many conditions a partition meets
+            if len(self._stage_cache) > 10_000:
+                self._stage_cache.clear()
+            cached = self._stage_cache[key] = (*self.stage_fwd_bwd_ms(boundaries),
+                                               self.link_ms(boundaries, bandwidth_gbps))
+        fwd, bwd, link_ms = cached
         if slowdown is not None:
             factor = np.asarray(slowdown, dtype=np.float64)
             fwd, bwd = fwd * factor, bwd * factor
-        return simulate_schedule(fwd, bwd, self.link_ms(boundaries, bandwidth_gbps, link_factors),
-                                 schedule, microbatches)
+        if link_factors is not None:
+            link_ms = link_ms / np.asarray(link_factors, dtype=np.float64)
+        return simulate_schedule(fwd, bwd, link_ms, schedule, microbatches)
 
 
 def simulate(profile: LayerProfile, partition: Partition, schedule: str = "1f1b", microbatches: int = 8,

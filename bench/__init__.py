@@ -1,0 +1,1 @@
+"""Benchmarks: run with `make bench`; each module's `run()` returns its figures as a dict."""

@@ -1,0 +1,62 @@
+"""Run every benchmark side by side in one process and write bench/results.{json,md}.
+
+Usage: ``python -m bench.run_all [--only NAME ...]`` (``make bench`` runs them all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+BENCHMARKS = ["bench_simulator"]
+RESULTS = Path(__file__).parent
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def to_markdown(results: dict) -> str:
+    lines = ["# Benchmark results", "", "Written by `make bench` (`python -m bench.run_all`).", "",
+             "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()), ""]
+    for name, figures in results["benchmarks"].items():
+        lines += [f"## {name}", "", "| figure | value |", "|---|---|"]
+        for key, value in figures.items():
+            if isinstance(value, (dict, list)):
+                continue
+            lines.append(f"| {key} | {value:,.4g} |" if isinstance(value, float) else f"| {key} | {value} |")
+        lines.append("")
+        lines += figures.get("markdown", "").splitlines() if isinstance(figures.get("markdown"), str) else []
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", nargs="*", default=BENCHMARKS, help="benchmarks to run (default: all)")
+    args = parser.parse_args()
+    path = RESULTS / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {"benchmarks": {}}
+    results["machine"] = machine()
+    for name in args.only:
+        print(f"running {name} ...", flush=True)
+        start = time.perf_counter()
+        figures = importlib.import_module(f"bench.{name}").run()
+        figures["wall_s"] = time.perf_counter() - start
+        results["benchmarks"][name] = figures
+        print(json.dumps({k: v for k, v in figures.items() if k != "markdown"}, indent=1), flush=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    (RESULTS / "results.md").write_text(to_markdown(results))
+    print(f"wrote {path} and {RESULTS / 'results.md'}")
+
+
+if __name__ == "__main__":
+    main()

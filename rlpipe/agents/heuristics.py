@@ -1,0 +1,170 @@
+"""Hand-written policies: the yardstick and the fallback of the learned one.
+
+- :class:`StaticPolicy`: the launch partition forever (GPipe, PipeDream, DeepSpeed).
+- :class:`GreedyPolicy`: one layer off the slowest stage toward its faster neighbour.
+- :class:`DynPipePolicy`: DynPipe's trigger-and-replan rule.
+- :class:`OraclePolicy`: simulation only; sees the future and prices migrations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlpipe.agents.base import DecisionContext
+from rlpipe.observation import KEEP, REPLAN
+
+
+@dataclass
+class StaticPolicy:
+    """Never repartitions."""
+
+    name: str = "static"
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        return KEEP
+
+
+@dataclass
+class GreedyPolicy:
+    """Move one layer off the slowest stage toward its faster neighbour.
+
+    Args:
+        threshold: act when the slowest stage is this much slower than the stage mean (0.15: 15%).
+        release: once acting, keep acting until the imbalance falls below this (hysteresis).
+        min_gain: a move must shrink the predicted bottleneck by at least this fraction.
+        cooldown: intervals to wait after a move before the next one.
+        smoothing: intervals of device load averaged, so that timer noise does not trigger moves.
+        reverse_factor: undoing the previous move needs this many times ``min_gain`` (no ping-pong).
+    """
+
+    threshold: float = 0.15
+    release: float = 0.05
+    min_gain: float = 0.08
+    cooldown: int = 2
+    smoothing: int = 4
+    reverse_factor: float = 2.0
+    name: str = "greedy"
+    _active: bool = field(default=False, init=False)
+    _wait: int = field(default=0, init=False)
+    _last_move: tuple[int, int] | None = field(default=None, init=False)
+
+    def reset(self) -> None:
+        self._active, self._wait, self._last_move = False, 0, None
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        if self._wait > 0:
+            self._wait -= 1
+            return KEEP
+        encoder, boundaries = context.encoder, context.boundaries
+        loads = list(encoder.loads)[: self.smoothing]
+        slowdown = np.mean(loads, axis=0)
+        stage_ms = encoder.planner.stage_ms(boundaries, slowdown)
+        imbalance = stage_ms.max() / stage_ms.mean() - 1.0
+        if imbalance < (self.release if self._active else self.threshold):
+            self._active = False
+            return KEEP
+        slowest = int(np.argmax(stage_ms))
+        moves = encoder.planner.move_bottlenecks(boundaries, slowdown)  # (boundary-1, [-1, +1])
+        options = []
+        if slowest + 1 < len(boundaries):  # give the slowest stage's last layer to the next stage
+            options.append((stage_ms[slowest + 1], slowest + 1, -1))
+        if slowest > 0:  # give its first layer to the previous stage
+            options.append((stage_ms[slowest - 1], slowest, +1))
+        for _, boundary, delta in sorted(options):  # faster neighbour first
+            after = moves[boundary - 1, 0 if delta < 0 else 1]
+            action = encoder.layout.move_action(boundary, delta)
+            needed = self.min_gain * (self.reverse_factor if self._last_move == (boundary, -delta) else 1.0)
+            if mask[action] and after < stage_ms.max() * (1.0 - needed):
+                self._active, self._wait, self._last_move = True, self.cooldown, (boundary, delta)
+                return action
+        self._active = False
+        return KEEP
+
+
+@dataclass
+class DynPipePolicy:
+    """DynPipe (TPDS 2025): when a stage's compute time drifts past a ratio of its baseline, re-plan
+    to the partition that minimises the pipeline time for the estimated slowdowns.
+
+    The baseline is each device's load (measured compute over profiled compute of its layers, so
+    that it survives layers moving) in the first interval after the last (re)plan.
+
+    Args:
+        high: trigger when a stage's load is at least this multiple of its baseline (DynPipe: 2.0).
+        low: trigger when it is at most this multiple (DynPipe: 0.5).
+        check_every: intervals between checks (DynPipe: every 50 iterations, one default interval).
+    """
+
+    high: float = 2.0
+    low: float = 0.5
+    check_every: int = 1
+    name: str = "dynpipe"
+    _baseline: np.ndarray | None = field(default=None, init=False)
+    _intervals: int = field(default=0, init=False)
+
+    def reset(self) -> None:
+        self._baseline, self._intervals = None, 0
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        load = context.encoder.slowdown_estimate
+        if self._baseline is None or context.encoder.intervals_since_repartition == 0:
+            self._baseline = load.copy()
+            return KEEP
+        self._intervals += 1
+        if self._intervals % self.check_every:
+            return KEEP
+        ratio = load / self._baseline
+        if (np.any(ratio >= self.high) or np.any(ratio <= self.low)) and mask[REPLAN]:
+            self._baseline = None  # re-measured in the interval after the re-plan
+            return REPLAN
+        return KEEP
+
+
+@dataclass
+class OraclePolicy:
+    """Clairvoyant (simulation only): plans the next ``horizon_s`` seconds of the true future.
+
+    The horizon is cut into decision epochs as long as the last interval. A dynamic program over
+    (epoch, partition) finds the sequence of partitions that runs the most iterations, each switch
+    paying its migration stall; the first decision of that plan is taken, and the plan is redone
+    at the next interval (receding horizon). Candidates: the current partition and the best
+    partition for the true conditions at now and at each change within the horizon.
+    """
+
+    horizon_s: float = 600.0
+    max_candidates: int = 8
+    name: str = "oracle"
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> tuple[int, ...]:
+        future = context.future
+        if future is None:
+            raise RuntimeError("the oracle policy needs the simulator's future (it cannot run live)")
+        current = tuple(context.boundaries)
+        candidates = [current] + [c for c in future.candidates(self.horizon_s, self.max_candidates) if c != current]
+        epoch_s = max(context.encoder.latest.wall_s - context.encoder.latest.stall_s, 1e-3)
+        end_s = min(future.now_s + self.horizon_s, future.end_s)
+        starts = np.arange(future.now_s, end_s, epoch_s)
+        if len(starts) == 0:
+            return current
+        ends = np.append(starts[1:], end_s)
+        # rate[c, e]: iterations per second of candidate c during epoch e
+        rate = np.array([[future.iterations_between(c, a, b) / (b - a) for a, b in zip(starts, ends)]
+                         for c in candidates])
+        stall = np.array([[future.stall_s(a, b) for b in candidates] for a in candidates])
+        lengths = ends - starts
+        value = np.zeros(len(candidates))  # best work from the next epoch on, by partition held
+        first_choice = np.zeros(len(candidates), dtype=int)
+        for epoch in range(len(starts) - 1, -1, -1):
+            # work[a, b]: in epoch ``epoch``, holding a, switch to b (b == a: no stall) and go on
+            work = np.maximum(lengths[epoch] - stall, 0.0) * rate[:, epoch][None, :] + value[None, :]
+            first_choice = np.argmax(work, axis=1)
+            value = work[np.arange(len(candidates)), first_choice]
+        return candidates[int(first_choice[0])]

@@ -1,0 +1,300 @@
+"""RepartitionEnv: decide, every interval of K training iterations, whether and how to repartition.
+
+Each ``reset`` draws a training situation (profile, stage count, micro-batches, schedule, link
+bandwidth, migration overhead, interference scenario), seeded. Each ``step`` applies the action's
+partition (paying the migration stall at the start of the interval), runs K iterations through the
+scenario's piecewise-constant conditions, and reports the interval's StageStats, with timer noise,
+through the shared :class:`~rlpipe.observation.ObservationEncoder`.
+
+Reward: the interval's throughput (stall included) over the throughput of the best partition for
+the true conditions of the same stretch of time with free migration (the best of the bottleneck-
+optimal partition for those conditions, the launch partition and the partition in use); an episode's mean reward is
+the policy's efficiency (1.0: the clairvoyant bound). An invalid action is a no-op with a penalty.
+An episode is one simulated stretch of training time (default one hour); it ends by truncation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlpipe.errors import InputError
+from rlpipe.interference import InterferenceTrace, load_scenario
+from rlpipe.observation import ObservationEncoder
+from rlpipe.partition import optimal_boundaries, inflight_microbatches
+from rlpipe.planning import Planner
+from rlpipe.profile import LayerProfile, load_profile
+from rlpipe.simulator import IterationTiming, MigrationCost
+from rlpipe.stats import IntervalStats, StageStats
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """What a ``reset`` may draw from. Tuples are choices drawn uniformly; ranges are (low, high).
+
+    Attributes:
+        profiles: shipped profile names or JSON paths to draw from.
+        profile: a profile object to use instead of ``profiles``.
+        min_stages, max_stages: stage count range (capped by the profile's layer count).
+        s_max: the largest stage count the observation has room for.
+        microbatches: micro-batch counts per iteration to draw from (1F1B draws only M >= S).
+        schedules: ``"1f1b"`` / ``"gpipe"`` to draw from.
+        scenarios: interference presets or ``trace:FILE.csv`` to draw from.
+        duration_s: simulated training time per episode, s.
+        interval_iterations: K, training iterations per decision interval.
+        timer_noise: relative standard deviation of the measured times (lognormal).
+        bandwidth_gbps: link bandwidths between stages to draw from, Gbit/s (``inf``: free).
+        migration_overhead_s: range of the fixed cost of a repartition, s.
+        migration_bandwidth_gbps: bandwidth parameters and optimizer state move at, Gbit/s.
+        history: intervals of device load in the observation.
+        invalid_action_penalty: subtracted from the reward of an invalid action.
+    """
+
+    profiles: tuple[str, ...] = ("transformer16", "transformer32", "mlp16", "cnn16")
+    profile: LayerProfile | None = None
+    min_stages: int = 2
+    max_stages: int = 8
+    s_max: int = 8
+    microbatches: tuple[int, ...] = (8, 16, 32)
+    schedules: tuple[str, ...] = ("1f1b", "gpipe")
+    scenarios: tuple[str, ...] = ("none", "light", "heavy", "bursty", "drift", "periodic")
+    duration_s: float = 3600.0
+    interval_iterations: int = 50
+    timer_noise: float = 0.03
+    bandwidth_gbps: tuple[float, ...] = (math.inf, 10.0)
+    migration_overhead_s: tuple[float, float] = (0.5, 0.5)
+    migration_bandwidth_gbps: float = 10.0
+    history: int = 4
+    invalid_action_penalty: float = 0.1
+
+    def validate(self) -> "EnvConfig":
+        if not 1 <= self.min_stages <= self.max_stages:
+            raise InputError(f"stages: need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}")
+        if self.max_stages > self.s_max:
+            raise InputError(f"max_stages {self.max_stages} exceeds s_max {self.s_max}")
+        if self.interval_iterations < 1 or self.duration_s <= 0:
+            raise InputError("interval_iterations must be >= 1 and duration_s > 0")
+        if not self.scenarios or not self.microbatches or not self.schedules:
+            raise InputError("scenarios, microbatches and schedules must each offer at least one choice")
+        return self
+
+
+@dataclass(frozen=True)
+class Situation:
+    """The training situation of one episode."""
+
+    profile: LayerProfile
+    num_stages: int
+    microbatches: int
+    schedule: str
+    bandwidth_gbps: float
+    migration: MigrationCost
+    trace: InterferenceTrace
+
+
+class RepartitionEnv(gym.Env):
+    """See the module docstring. Keyword arguments override :class:`EnvConfig` fields."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, config: EnvConfig | None = None, **overrides: Any):
+        known = {f.name for f in fields(EnvConfig)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise InputError(f"RepartitionEnv: unknown option(s) {', '.join(sorted(unknown))}")
+        self.config = replace(config or EnvConfig(), **overrides).validate()
+        size = ObservationEncoder.size_for(self.config.s_max, self.config.history)
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2 + 2 * (self.config.s_max - 1))
+        self._profiles: dict[str, LayerProfile] = {}
+
+    # --- episode set-up -----------------------------------------------------------------------
+
+    def _draw_situation(self, options: dict[str, Any]) -> Situation:
+        cfg, rng = self.config, self.np_random
+        profile = options.get("profile") or cfg.profile
+        if profile is None:
+            name = cfg.profiles[int(rng.integers(len(cfg.profiles)))]
+            profile = self._profiles.setdefault(name, load_profile(name))
+        max_stages = min(cfg.max_stages, profile.num_layers)
+        num_stages = options.get("num_stages") or int(rng.integers(min(cfg.min_stages, max_stages), max_stages + 1))
+        schedule = options.get("schedule") or cfg.schedules[int(rng.integers(len(cfg.schedules)))]
+        choices = [m for m in cfg.microbatches if schedule == "gpipe" or m >= num_stages] or [max(cfg.microbatches)]
+        microbatches = options.get("microbatches") or choices[int(rng.integers(len(choices)))]
+        bandwidth = float(cfg.bandwidth_gbps[int(rng.integers(len(cfg.bandwidth_gbps)))])
+        overhead = float(rng.uniform(*cfg.migration_overhead_s))
+        scenario = options.get("scenario") or cfg.scenarios[int(rng.integers(len(cfg.scenarios)))]
+        trace = load_scenario(scenario, num_stages, cfg.duration_s, seed=int(rng.integers(2**31)))
+        return Situation(profile, num_stages, microbatches, schedule, bandwidth,
+                         MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.situation = s = self._draw_situation(options or {})
+        self.planner = Planner(s.profile, s.num_stages, s.schedule, s.microbatches, s.bandwidth_gbps, s.migration)
+        self.encoder = ObservationEncoder(self.planner, self.config.s_max, self.config.history)
+        self._state_bytes = self.planner.costs.state_bytes
+        self._ideal_compute = self.planner.profile.compute_ms()
+        self._memory_inflight = inflight_microbatches(s.num_stages, s.microbatches, s.schedule)
+        self._timing_cache: dict[tuple[tuple[int, ...], int], IterationTiming] = {}
+        self._best_cache: dict[int, tuple[tuple[int, ...], float]] = {}
+        self.boundaries = self.planner.ideal_boundaries
+        self.time_s = 0.0
+        self.iteration = 0
+        self.repartitions = 0
+        self.stall_total_s = 0.0
+        stats, _ = self._run_interval(0.0)  # the first interval, so that there is something to observe
+        return self.encoder.observe(stats), self._info(stats, 1.0, False)
+
+    # --- stepping -----------------------------------------------------------------------------
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions now (the sb3-contrib MaskablePPO convention)."""
+        return self.encoder.action_mask(self.boundaries)
+
+    def step(self, action: int):
+        target = self.encoder.decode(int(action), self.boundaries)
+        if target is None:
+            return self._advance(self.boundaries, self.config.invalid_action_penalty)
+        return self._advance(target, 0.0)
+
+    def step_to(self, boundaries: tuple[int, ...]):
+        """Repartition to any valid partition (for simulation-only policies such as the oracle)."""
+        return self._advance(self.planner.partition(tuple(boundaries)).boundaries, 0.0)
+
+    def _advance(self, target: tuple[int, ...], penalty: float):
+        stall_s = self.planner.stall_s(self.boundaries, target)
+        if stall_s > 0:
+            self.repartitions += 1
+            self.stall_total_s += stall_s
+            self.boundaries = tuple(target)
+        start_s = self.time_s
+        stats, end_s = self._run_interval(stall_s)
+        efficiency = self.config.interval_iterations / self._ideal_iterations(start_s, end_s)
+        observation = self.encoder.observe(stats)
+        truncated = bool(self.time_s >= self.config.duration_s)
+        info = self._info(stats, efficiency, penalty > 0)
+        return observation, float(efficiency - penalty), False, truncated, info
+
+    def _info(self, stats: IntervalStats, efficiency: float, invalid: bool) -> dict[str, Any]:
+        return {"efficiency": efficiency, "stall_s": stats.stall_s, "wall_s": stats.wall_s, "time_s": self.time_s,
+                "boundaries": self.boundaries, "invalid_action": invalid,
+                "slowdown": self.situation.trace.at(self.time_s)[0].copy()}
+
+    # --- the simulated pipeline ---------------------------------------------------------------
+
+    def _timing(self, boundaries: tuple[int, ...], row: int) -> IterationTiming:
+        key = (boundaries, row)
+        timing = self._timing_cache.get(key)
+        if timing is None:
+            s = self.situation
+            timing = self._timing_cache[key] = self.planner.costs.simulate(
+                boundaries, s.schedule, s.microbatches, s.trace.slowdown[row], s.bandwidth_gbps, s.trace.link_factor[row])
+        return timing
+
+    def _best(self, row: int) -> tuple[tuple[int, ...], float]:
+        """The best partition for the true conditions of trace row ``row`` and its iteration time, ms
+        (the bottleneck-optimal partition, or the interference-free one if that simulates faster)."""
+        best = self._best_cache.get(row)
+        if best is None:
+            s, planner = self.situation, self.planner
+            optimal, _ = optimal_boundaries(planner.profile.compute_ms(), planner.costs.activation_bytes,
+                                            planner.costs.state_bytes, 1.0 / s.trace.slowdown[row],
+                                            s.bandwidth_gbps * s.trace.link_factor[row])
+            candidates = [(self._timing(b, row).iteration_ms, b) for b in (optimal, planner.ideal_boundaries)]
+            iteration_ms, boundaries = min(candidates)
+            best = self._best_cache[row] = (boundaries, iteration_ms)
+        return best
+
+    def best_iteration_ms(self, row: int) -> float:
+        return self._best(row)[1]
+
+    def future(self) -> "FutureView":
+        """The true future, for simulation-only policies."""
+        return FutureView(self)
+
+    def _ideal_iterations(self, start_s: float, end_s: float) -> float:
+        """Iterations the best partition for the true conditions would run in [start_s, end_s)."""
+        trace, total, time_s = self.situation.trace, 0.0, start_s
+        while time_s < end_s - 1e-12:
+            row = trace.index_at(time_s)
+            until = min(end_s, trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf)
+            # The partition in use counts as a candidate too, so that the reference is never beaten.
+            best_ms = min(self.best_iteration_ms(row), self._timing(self.boundaries, row).iteration_ms)
+            total += (until - time_s) * 1e3 / best_ms
+            time_s = until
+        return max(total, 1e-12)
+
+    def _run_interval(self, stall_s: float) -> tuple[IntervalStats, float]:
+        """Pay ``stall_s``, then run K iterations through the trace; return noisy stats and the end time."""
+        s, trace, k = self.situation, self.situation.trace, self.config.interval_iterations
+        start_s = self.time_s
+        time_s, done = start_s + stall_s, 0.0
+        weighted = np.zeros((3, s.num_stages))  # compute per micro-batch, comm, idle; iteration-weighted
+        while done < k - 1e-9:
+            row = trace.index_at(time_s)
+            timing = self._timing(self.boundaries, row)
+            until = trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf
+            take = min(k - done, (until - time_s) * 1e3 / timing.iteration_ms)
+            take = max(take, min(k - done, 1e-6))  # never stall on a change that falls exactly now
+            weighted += take * np.stack([timing.compute_ms / s.microbatches, timing.comm_ms, timing.idle_ms])
+            time_s += take * timing.iteration_ms / 1e3
+            done += take
+        self.time_s = time_s
+        self.iteration += k
+        mean = weighted / k
+        noise = np.exp(self.np_random.normal(0.0, self.config.timer_noise, size=mean.shape))
+        measured = mean * noise
+        edges = np.asarray(self.boundaries)
+        ideal_compute = np.add.reduceat(self._ideal_compute, edges)
+        memory = (np.add.reduceat(self._state_bytes, edges)
+                  + self._memory_inflight * np.add.reduceat(self.planner.costs.activation_bytes, edges))
+        layers = np.diff(np.append(edges, s.profile.num_layers))
+        columns = zip(*measured.tolist(), layers.tolist(), memory.tolist(), (measured[0] / ideal_compute).tolist())
+        stages = tuple(StageStats(*column) for column in columns)
+        stats = IntervalStats(self.iteration, k, time_s - start_s, stall_s, tuple(self.boundaries), stages)
+        return stats, time_s
+
+
+class FutureView:
+    """What a clairvoyant policy may ask the simulator: the true conditions ahead."""
+
+    def __init__(self, env: RepartitionEnv):
+        self.env = env
+
+    def candidates(self, horizon_s: float, limit: int) -> list[tuple[int, ...]]:
+        """Best partitions for the true conditions now and at each change within ``horizon_s``."""
+        trace, now = self.env.situation.trace, self.env.time_s
+        first, last = trace.index_at(now), trace.index_at(now + horizon_s)
+        found: list[tuple[int, ...]] = []
+        for row in range(first, min(last, first + limit - 1) + 1):
+            boundaries = self.env._best(row)[0]
+            if boundaries not in found:
+                found.append(boundaries)
+        return found
+
+    @property
+    def now_s(self) -> float:
+        return self.env.time_s
+
+    @property
+    def end_s(self) -> float:
+        return self.env.config.duration_s
+
+    def stall_s(self, old: tuple[int, ...], new: tuple[int, ...]) -> float:
+        return self.env.planner.stall_s(old, new)
+
+    def iterations_between(self, boundaries: tuple[int, ...], start_s: float, end_s: float) -> float:
+        """Iterations ``boundaries`` would run from ``start_s`` to ``end_s`` under the true conditions."""
+        env, trace = self.env, self.env.situation.trace
+        time_s, total = start_s, 0.0
+        while time_s < end_s:
+            row = trace.index_at(time_s)
+            until = min(end_s, trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf)
+            total += (until - time_s) * 1e3 / env._timing(tuple(boundaries), row).iteration_ms
+            time_s = until
+        return total

@@ -1,0 +1,179 @@
+"""The one observation encoder, action layout and action mask, shared by simulator and live runtime.
+
+Observation (version 1), a float32 vector for up to ``s_max`` stages, scale-free:
+
+- per stage slot (``STAGE_FEATURES + history - 1`` values; zeros for padded slots):
+  present (1/0), share of the model's layers, compute per micro-batch over the interference-free
+  optimal stage time, device load - 1, idle share of the iteration, communication share, how long
+  the device has been loaded (log-scaled intervals), device load - 1 in each earlier interval;
+- per boundary (``s_max - 1`` x 2): the bottleneck after shifting it by -1 / +1 layer over the
+  current bottleneck, minus 1 (0 where invalid), under the estimated device speeds;
+- global: intervals since the last repartition (log-scaled), what the best re-plan would gain
+  (predicted iteration time now / after - 1) and cost (its stall in intervals), throughput over the
+  interference-free optimum, stages / s_max, stall share of the last interval, one-layer move cost
+  in intervals.
+
+Actions (Discrete): 0 keep; 1 re-plan to the partition optimal for the estimated device speeds;
+``2 + 2 (i - 1)`` shift boundary i by -1 (stage i gets stage i-1's last layer), ``3 + 2 (i - 1)``
+shift it by +1 (stage i-1 gets stage i's first layer), for i = 1..s_max-1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlpipe.partition import link_transfer_ms
+from rlpipe.planning import Planner, StatsError
+from rlpipe.stats import IntervalStats
+
+OBSERVATION_VERSION = 1
+STAGE_FEATURES = 7
+GLOBAL_FEATURES = 7
+ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load
+LOG_INTERVALS = math.log1p(100.0)
+KEEP, REPLAN = 0, 1
+
+
+@dataclass(frozen=True)
+class ActionLayout:
+    """Meaning of each discrete action for pipelines of up to ``s_max`` stages."""
+
+    s_max: int
+
+    @property
+    def num_actions(self) -> int:
+        return 2 + 2 * (self.s_max - 1)
+
+    def move(self, action: int) -> tuple[int, int]:
+        """``(boundary, delta)`` of a move action (``action >= 2``)."""
+        return 1 + (action - 2) // 2, -1 if (action - 2) % 2 == 0 else +1
+
+    def move_action(self, boundary: int, delta: int) -> int:
+        return 2 + 2 * (boundary - 1) + (0 if delta < 0 else 1)
+
+    def describe(self, action: int) -> str:
+        if action == KEEP:
+            return "keep"
+        if action == REPLAN:
+            return "replan"
+        boundary, delta = self.move(action)
+        return f"move boundary {boundary} {'+1' if delta > 0 else '-1'}"
+
+
+class ObservationEncoder:
+    """Turns each interval's statistics into an observation; masks and decodes actions.
+
+    Args:
+        planner: the pipeline model (profile, schedule, migration cost).
+        s_max: the largest stage count the observation has room for.
+        history: intervals of device load the observation carries (the current one included).
+    """
+
+    def __init__(self, planner: Planner, s_max: int = 8, history: int = 4):
+        if planner.num_stages > s_max:
+            raise StatsError(f"{planner.num_stages} stages do not fit an observation for at most {s_max}")
+        self.planner = planner
+        self.s_max = s_max
+        self.history = history
+        self.layout = ActionLayout(s_max)
+        self.size = self.size_for(s_max, history)
+        self.reset()
+
+    @staticmethod
+    def size_for(s_max: int, history: int) -> int:
+        """Length of the observation vector."""
+        return s_max * (STAGE_FEATURES + history - 1) + 2 * (s_max - 1) + GLOBAL_FEATURES
+
+    def reset(self) -> None:
+        self.loads: deque[np.ndarray] = deque(maxlen=self.history)
+        self.elevated_intervals = np.zeros(self.planner.num_stages)
+        self.intervals_since_repartition = 0
+        self.latest: IntervalStats | None = None
+        self.slowdown_estimate = np.ones(self.planner.num_stages)
+        self.replan_boundaries: tuple[int, ...] = self.planner.ideal_boundaries
+
+    def observe(self, stats: IntervalStats) -> np.ndarray:
+        """Record one interval and return its observation. Raises :class:`StatsError` on bad statistics."""
+        planner, num_stages = self.planner, self.planner.num_stages
+        if len(stats.stages) != num_stages:
+            raise StatsError(f"statistics for {len(stats.stages)} stages, the pipeline has {num_stages}")
+        values = np.array([(s.compute_ms, s.comm_ms, s.idle_ms, s.num_layers, s.device_load) for s in stats.stages],
+                          dtype=np.float64)
+        slowdown = planner.clip_load(values[:, 4])
+        if not np.all(np.isfinite(values)) or not math.isfinite(stats.wall_s) or stats.wall_s <= 0:
+            raise StatsError("non-finite stage times or interval wall time")
+        self.latest = stats
+        self.slowdown_estimate = slowdown
+        self.loads.appendleft(slowdown)
+        self.elevated_intervals = np.where(slowdown > ELEVATED_LOAD, self.elevated_intervals + 1, 0)
+        self.intervals_since_repartition = 0 if stats.stall_s > 0 else self.intervals_since_repartition + 1
+        current = tuple(stats.boundaries)
+        self.replan_boundaries = planner.plan(slowdown, current)
+
+        iteration_ms = max(stats.iteration_ms, 1e-9)
+        stage = np.zeros((self.s_max, STAGE_FEATURES + self.history - 1), dtype=np.float64)
+        stage[:num_stages, 0] = 1.0
+        stage[:num_stages, 1] = values[:, 3] / planner.num_layers
+        stage[:num_stages, 2] = values[:, 0] / planner.ideal_stage_ms
+        stage[:num_stages, 3] = slowdown - 1.0
+        stage[:num_stages, 4] = values[:, 2] / iteration_ms
+        stage[:num_stages, 5] = values[:, 1] / iteration_ms
+        stage[:num_stages, 6] = np.log1p(self.elevated_intervals) / LOG_INTERVALS
+        for k, past in enumerate(list(self.loads)[1:]):
+            stage[:num_stages, STAGE_FEATURES + k] = past - 1.0
+
+        bottleneck = planner.stage_ms(current, slowdown).max()
+        moves = np.zeros((self.s_max - 1, 2))
+        after_move = planner.move_bottlenecks(current, slowdown) / bottleneck - 1.0
+        moves[:num_stages - 1] = np.where(np.isnan(after_move), 0.0, after_move)
+
+        interval_s = stats.wall_s
+        predicted_now = planner.predict_iteration_ms(current, slowdown)
+        predicted_replan = (predicted_now if self.replan_boundaries == current
+                            else planner.predict_iteration_ms(self.replan_boundaries, slowdown))
+        one_layer_stall = planner.migration.overhead_s + float(
+            link_transfer_ms(planner.costs.state_bytes.mean(), planner.migration.bandwidth_gbps)) / 1e3
+        global_features = np.array([
+            math.log1p(self.intervals_since_repartition) / LOG_INTERVALS,
+            predicted_now / predicted_replan - 1.0,
+            planner.stall_s(current, self.replan_boundaries) / interval_s,
+            planner.ideal_iteration_ms / iteration_ms,
+            num_stages / self.s_max,
+            stats.stall_s / interval_s,
+            one_layer_stall / interval_s,
+        ])
+        observation = np.concatenate([stage.ravel(), moves.ravel(), global_features])
+        return np.clip(observation, -10.0, 10.0).astype(np.float32)
+
+    def action_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:
+        """Valid actions: keep always; re-plan when it changes the partition; moves that keep every
+        stage non-empty and within the memory cap, on boundaries the pipeline has."""
+        mask = np.zeros(self.layout.num_actions, dtype=bool)
+        mask[KEEP] = True
+        mask[REPLAN] = tuple(self.replan_boundaries) != tuple(boundaries)
+        edges = list(boundaries) + [self.planner.num_layers]
+        for boundary in range(1, len(boundaries)):
+            for delta in (-1, +1):
+                moved = edges[boundary] + delta
+                if edges[boundary - 1] < moved < edges[boundary + 1]:
+                    fits = self.planner.memory_cap_bytes is None or self.planner.fits_memory(
+                        tuple(edges[:boundary]) + (moved,) + tuple(edges[boundary + 1:-1]))
+                    mask[self.layout.move_action(boundary, delta)] = fits
+        return mask
+
+    def decode(self, action: int, boundaries: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The partition an action asks for, or ``None`` if it is invalid here."""
+        if not 0 <= action < self.layout.num_actions or not self.action_mask(boundaries)[action]:
+            return None
+        if action == KEEP:
+            return tuple(boundaries)
+        if action == REPLAN:
+            return tuple(self.replan_boundaries)
+        boundary, delta = self.layout.move(action)
+        moved = list(boundaries)
+        moved[boundary] += delta
+        return tuple(moved)

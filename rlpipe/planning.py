@@ -1,0 +1,150 @@
+"""The pipeline model a decision-maker reasons with: estimate device slowdowns from measured
+statistics, predict iteration times, plan the best partition, price a migration.
+
+It knows only what a live controller knows (the profile, the schedule, the measured StageStats),
+never the simulator's true conditions, so the environment and the live runtime share it unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+from numba import njit
+
+from rlpipe.partition import Partition, _bottleneck_dp, inflight_microbatches, link_transfer_ms
+from rlpipe.profile import LayerProfile
+from rlpipe.simulator import MigrationCost, PipelineCosts
+
+MAX_SLOWDOWN_ESTIMATE = 20.0
+
+
+class StatsError(ValueError):
+    """Statistics that cannot be trusted (missing, non-finite, wrong stage count)."""
+
+
+class Planner:
+    """Plans for one pipeline: a profile on ``num_stages`` devices under a schedule.
+
+    Args:
+        profile: per-layer costs.
+        num_stages: pipeline stages (devices).
+        schedule: ``"1f1b"`` or ``"gpipe"``.
+        microbatches: micro-batches per iteration.
+        bandwidth_gbps: link bandwidth between stages, Gbit/s (``inf``: free communication).
+        migration: the cost model of moving layers.
+        memory_cap_bytes: per-stage memory cap, bytes (``None``: uncapped).
+    """
+
+    def __init__(self, profile: LayerProfile, num_stages: int, schedule: str = "1f1b", microbatches: int = 8,
+                 bandwidth_gbps: float = math.inf, migration: MigrationCost | None = None,
+                 memory_cap_bytes: float | None = None):
+        self.profile = profile
+        self.costs = PipelineCosts(profile)
+        self.num_layers = profile.num_layers
+        self.num_stages = num_stages
+        self.schedule = schedule
+        self.microbatches = microbatches
+        self.bandwidth_gbps = bandwidth_gbps
+        self.migration = migration or MigrationCost()
+        self.memory_cap_bytes = memory_cap_bytes
+        self._compute = profile.compute_ms()
+        self._prefix_compute = np.concatenate([[0.0], np.cumsum(self._compute)])
+        self._roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
+        self._inflight = inflight_microbatches(num_stages, microbatches, schedule)
+        self._plan_cache: dict[tuple[float, ...], tuple[int, ...]] = {}
+        self._roundtrip_by_stage = np.tile(self._roundtrip_ms, (max(num_stages - 1, 1), 1))
+        self._memory_cap = np.inf if memory_cap_bytes is None else float(memory_cap_bytes)
+        self.ideal_boundaries = self.plan(np.ones(num_stages))
+        self.ideal_iteration_ms = self.predict_iteration_ms(self.ideal_boundaries, np.ones(num_stages))
+        self.ideal_stage_ms = float(self.stage_ms(self.ideal_boundaries, np.ones(num_stages)).max())
+
+    @staticmethod
+    def clip_load(load: np.ndarray) -> np.ndarray:
+        """Validated device loads as slowdown estimates."""
+        if not np.all(np.isfinite(load)) or np.any(load <= 0):
+            raise StatsError(f"non-finite or non-positive device load {load.tolist()}")
+        return np.clip(load, 1.0 / MAX_SLOWDOWN_ESTIMATE, MAX_SLOWDOWN_ESTIMATE)
+
+    def plan(self, slowdown: np.ndarray, current: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """The partition minimising the bottleneck for ``slowdown``; ``current`` when it is as good."""
+        # Estimates are rounded to 0.1% so that repeated conditions reuse a plan.
+        key = tuple(np.round(slowdown, 3))
+        boundaries = self._plan_cache.get(key)
+        if boundaries is None:
+            if len(self._plan_cache) > 4096:
+                self._plan_cache.clear()
+            boundaries = self._plan_cache[key] = self._optimal(np.asarray(key))
+        if current is not None and tuple(current) != boundaries:
+            if self.stage_ms(current, slowdown).max() <= self.stage_ms(boundaries, slowdown).max() * (1 + 1e-9):
+                return tuple(current)
+        return boundaries
+
+    def _optimal(self, slowdown: np.ndarray) -> tuple[int, ...]:
+        boundaries, _, feasible = _bottleneck_dp(self._compute, self._roundtrip_by_stage, self.costs.state_bytes,
+                                                 self.costs.activation_bytes, 1.0 / slowdown, self._memory_cap,
+                                                 self._inflight.astype(np.float64))
+        if not feasible:
+            raise StatsError(f"no partition into {self.num_stages} stages fits the memory cap")
+        return tuple(int(b) for b in boundaries)
+
+    def stage_ms(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> np.ndarray:
+        """Each stage's time per micro-batch (the partitioner's cost model), ms."""
+        edges = np.array((*boundaries, self.num_layers))
+        times = np.diff(self._prefix_compute[edges]) * slowdown
+        times[:-1] += self._roundtrip_ms[edges[1:-1] - 1]
+        return times
+
+    def move_bottlenecks(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> np.ndarray:
+        """Bottleneck stage time (ms) after shifting each boundary by -1 / +1: shape (stages - 1, 2);
+        ``nan`` where the move would empty a stage."""
+        return _move_bottlenecks(self._prefix_compute, self._roundtrip_ms, np.asarray(boundaries, dtype=np.int64),
+                                 np.asarray(slowdown, dtype=np.float64), self.num_layers)
+
+    def predict_iteration_ms(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> float:
+        """Simulated iteration time of ``boundaries`` if devices run ``slowdown`` times slower, ms."""
+        return self.costs.simulate(boundaries, self.schedule, self.microbatches, slowdown,
+                                   self.bandwidth_gbps).iteration_ms
+
+    def stall_s(self, old: tuple[int, ...], new: tuple[int, ...]) -> float:
+        """Seconds a repartition from ``old`` to ``new`` stops training."""
+        return self.migration.stall_s(self.costs.state_bytes, old, new)
+
+    def fits_memory(self, boundaries: tuple[int, ...]) -> bool:
+        if self.memory_cap_bytes is None:
+            return True
+        edges = np.append(np.asarray(boundaries), self.num_layers)
+        state = np.add.reduceat(self.costs.state_bytes, edges[:-1])
+        activation = np.add.reduceat(self.costs.activation_bytes, edges[:-1])
+        return bool(np.all(state + self._inflight * activation <= self.memory_cap_bytes))
+
+    def partition(self, boundaries: tuple[int, ...]) -> Partition:
+        return Partition(tuple(boundaries), self.num_layers)
+
+
+@njit(cache=True)
+def _move_bottlenecks(prefix, roundtrip_ms, boundaries, slowdown, num_layers):  # pragma: no cover
+    num_stages = boundaries.shape[0]
+    edges = np.empty(num_stages + 1, dtype=np.int64)
+    edges[:num_stages] = boundaries
+    edges[num_stages] = num_layers
+    base = np.empty(num_stages)
+    for s in range(num_stages):
+        base[s] = (prefix[edges[s + 1]] - prefix[edges[s]]) * slowdown[s]
+        if s < num_stages - 1:
+            base[s] += roundtrip_ms[edges[s + 1] - 1]
+    result = np.full((max(num_stages - 1, 0), 2), np.nan)
+    for boundary in range(1, num_stages):
+        for k in range(2):
+            new = edges[boundary] + (2 * k - 1)
+            if new <= edges[boundary - 1] or new >= edges[boundary + 1]:
+                continue
+            before = (prefix[new] - prefix[edges[boundary - 1]]) * slowdown[boundary - 1] + roundtrip_ms[new - 1]
+            after = (prefix[edges[boundary + 1]] - prefix[new]) * slowdown[boundary]
+            if boundary < num_stages - 1:
+                after += roundtrip_ms[edges[boundary + 1] - 1]
+            worst = max(before, after)
+            for s in range(num_stages):
+                if s != boundary - 1 and s != boundary and base[s] > worst:
+                    worst = base[s]
+            result[boundary - 1, k] = worst
+    return result

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+from rlpipe.agents import DecisionContext, DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, make_policy
+from rlpipe.envs import RepartitionEnv
+from rlpipe.errors import InputError
+from rlpipe.evaluate import run_episode
+from rlpipe.interference import InterferenceTrace
+from rlpipe.observation import KEEP, REPLAN
+
+
+def drive(env, policy, steps):
+    """Run ``steps`` decisions; return the actions taken."""
+    actions, observation = [], None
+    for _ in range(steps):
+        context = DecisionContext(env.encoder, env.boundaries, env.future())
+        action = policy.act(observation, env.action_masks(), context)
+        actions.append(action)
+        observation, _, _, _, _ = env.step(action)
+    return actions
+
+
+def env_with_slowdown(factor: float, stages: int = 4, noise: float = 0.03) -> RepartitionEnv:
+    """An environment whose device 2 slows down by ``factor`` at t = 60 s and stays slow."""
+    env = RepartitionEnv(min_stages=stages, max_stages=stages, timer_noise=noise, profiles=("transformer16",),
+                         schedules=("1f1b",), microbatches=(8,), scenarios=("none",), duration_s=3600)
+    env.reset(seed=0)
+    slow = np.ones((2, stages))
+    slow[1, 2] = factor
+    env.situation = env.situation.__class__(**{**env.situation.__dict__, "trace": InterferenceTrace(
+        np.array([0.0, 60.0]), slow, np.ones((2, stages - 1)), 3600.0)})
+    return env
+
+
+def test_make_policy_knows_the_names():
+    assert isinstance(make_policy("static"), StaticPolicy)
+    with pytest.raises(InputError):
+        make_policy("random")
+
+
+def test_static_never_moves():
+    env = env_with_slowdown(3.0)
+    assert set(drive(env, StaticPolicy(), 30)) == {KEEP}
+
+
+def test_greedy_does_not_thrash_on_timer_noise():
+    env = RepartitionEnv(scenarios=("none",), timer_noise=0.05, duration_s=3600)
+    for seed in range(6):
+        result = run_episode(env, GreedyPolicy(), seed, "none")
+        assert result.repartitions_per_hour <= 2.0  # at most a stray move or two an hour
+
+
+def test_greedy_moves_layers_off_a_slow_stage():
+    env = env_with_slowdown(2.0)
+    drive(env, GreedyPolicy(), 40)
+    sizes = np.diff(list(env.boundaries) + [16])
+    assert sizes[2] < 4 and env.repartitions >= 1
+
+
+def test_dynpipe_fires_on_sustained_2x_and_not_on_1_2x():
+    actions = drive(env_with_slowdown(2.0), DynPipePolicy(), 30)
+    assert actions.count(REPLAN) >= 1
+    actions = drive(env_with_slowdown(1.2), DynPipePolicy(), 30)
+    assert REPLAN not in actions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["none", "light", "heavy", "bursty", "drift", "periodic", "jitter"])
+def test_oracle_is_never_below_static(scenario):
+    env = RepartitionEnv(duration_s=1800)
+    for seed in range(3):
+        static = run_episode(env, StaticPolicy(), seed, scenario)
+        oracle = run_episode(env, OraclePolicy(), seed, scenario)
+        assert oracle.iterations_per_s >= static.iterations_per_s * (1 - 1e-6)
+        assert oracle.efficiency >= static.efficiency - 1e-6

@@ -1,0 +1,84 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import rlpipe  # noqa: F401  (registers the environment)
+from rlpipe.envs import RepartitionEnv
+
+
+def test_registered_and_keyword_options():
+    env = gym.make("rlpipe/Repartition-v0", min_stages=3, max_stages=3, duration_s=300)
+    obs, _ = env.reset(seed=0)
+    assert env.unwrapped.situation.num_stages == 3
+    assert env.observation_space.contains(obs)
+
+
+def test_passes_gymnasium_and_sb3_checks():
+    gym_check_env(RepartitionEnv(duration_s=300), skip_render_check=True)
+    sb3_check_env(RepartitionEnv(duration_s=300), warn=True)
+
+
+def test_reset_seed_reproduces_an_episode_exactly():
+    def rollout(seed):
+        env = RepartitionEnv(duration_s=600)
+        obs, _ = env.reset(seed=seed)
+        trajectory, rng = [obs], np.random.default_rng(0)
+        done = False
+        while not done:
+            action = rng.choice(np.flatnonzero(env.action_masks()))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            trajectory += [obs, np.array([reward])]
+            done = terminated or truncated
+        return np.concatenate(trajectory)
+
+    assert np.array_equal(rollout(5), rollout(5))
+    assert not np.array_equal(rollout(5)[:50], rollout(6)[:50])
+
+
+def test_episode_is_a_stretch_of_time_and_reward_is_efficiency():
+    env = RepartitionEnv(duration_s=900, scenarios=("none",), timer_noise=0.0)
+    env.reset(seed=1)
+    rewards, done = [], False
+    while not done:
+        _, reward, terminated, truncated, info = env.step(0)
+        rewards.append(reward)
+        done = terminated or truncated
+    assert 900 <= env.time_s < 900 + info["wall_s"] + 1e-9
+    assert np.allclose(rewards, 1.0)  # the launch partition is optimal without interference
+
+
+def test_repartition_pays_its_stall_in_that_interval():
+    env = RepartitionEnv(duration_s=600, scenarios=("none",), min_stages=4, max_stages=4)
+    env.reset(seed=2)
+    action = next(a for a in range(2, env.action_space.n) if env.action_masks()[a])
+    _, reward, _, _, info = env.step(action)
+    assert info["stall_s"] >= 0.5 and reward < 1.0
+    assert env.repartitions == 1
+
+
+def test_invalid_action_is_a_penalised_no_op():
+    env = RepartitionEnv(duration_s=600, scenarios=("none",), min_stages=2, max_stages=2, timer_noise=0.0)
+    env.reset(seed=3)
+    before = env.boundaries
+    invalid = next(a for a in range(env.action_space.n) if not env.action_masks()[a])
+    _, reward, _, _, info = env.step(invalid)
+    assert env.boundaries == before and info["invalid_action"]
+    assert reward == pytest.approx(1.0 - env.config.invalid_action_penalty)
+
+
+def test_slowdown_hurts_static_and_replanning_recovers():
+    def mean_reward(action):
+        env = RepartitionEnv(duration_s=1800, scenarios=("drift",), min_stages=4, max_stages=4, timer_noise=0.0)
+        env.reset(seed=4)
+        rewards, done = [], False
+        while not done:
+            a = action if env.action_masks()[action] else 0
+            _, reward, terminated, truncated, _ = env.step(a)
+            rewards.append(reward)
+            done = terminated or truncated
+        return np.mean(rewards)
+
+    keep, replan = mean_reward(0), mean_reward(1)
+    assert keep < 0.97 and replan > keep + 0.02

@@ -1,0 +1,42 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rlpipe.envs import EnvConfig
+from rlpipe.evaluate import evaluate, write_report
+
+
+def test_evaluate_is_deterministic_and_complete(tmp_path):
+    config = EnvConfig(duration_s=900)
+    first = evaluate(["static", "dynpipe", "oracle"], ["heavy", "none"], episodes=2, seed=3, config=config,
+                     progress=False)
+    second = evaluate(["static", "dynpipe", "oracle"], ["heavy", "none"], episodes=2, seed=3, config=config,
+                      progress=False)
+    assert first["scenarios"] == second["scenarios"]
+    heavy = first["scenarios"]["heavy"]
+    assert set(heavy) == {"static", "dynpipe", "oracle"}
+    assert heavy["static"]["speedup_vs_static"] == pytest.approx(1.0)
+    for metrics in heavy.values():
+        assert set(metrics) == {"efficiency_mean", "efficiency_ci95", "speedup_vs_static",
+                                "repartitions_per_hour", "stall_s_per_hour"}
+        assert 0.0 < metrics["efficiency_mean"] <= 1.0 + 1e-9
+    assert first["scenarios"]["none"]["static"]["efficiency_mean"] == pytest.approx(1.0)
+    files = write_report(first, tmp_path)
+    assert all(f.exists() and f.stat().st_size > 0 for f in files)
+    assert any(f.suffix == ".png" and "timeline" in f.name for f in files)
+
+
+@pytest.mark.slow
+def test_evaluate_command_writes_results(tmp_path):
+    trace = tmp_path / "t.csv"
+    subprocess.run([sys.executable, "-m", "rlpipe.cli", "scenario", "--name", "bursty", "--devices", "4",
+                    "--duration-s", "600", "-o", str(trace)], check=True)
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "evaluate", "--policies", "static,greedy",
+                             "--scenarios", f"heavy,trace:{trace}", "--episodes", "2", "--stages", "4",
+                             "--duration-s", "600", "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(data["scenarios"]) == {"heavy", f"trace:{trace}"}
+    assert "| greedy |" in (tmp_path / "out" / "results.md").read_text()

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from rlpipe.observation import KEEP, REPLAN, ActionLayout, ObservationEncoder
+from rlpipe.planning import Planner, StatsError
+from rlpipe.profile import load_profile
+from rlpipe.stats import IntervalStats, StageStats
+
+
+def stats_for(planner: Planner, boundaries, load, stall_s=0.0) -> IntervalStats:
+    """Statistics of an interval in which each device ran ``load`` times slower than profiled."""
+    edges = list(boundaries) + [planner.num_layers]
+    compute = planner.profile.compute_ms()
+    stages = tuple(StageStats(float(compute[a:b].sum() * l), 0.1, 1.0, b - a, 1e6, float(l))
+                   for a, b, l in zip(edges, edges[1:], load))
+    return IntervalStats(50, 50, 10.0 + stall_s, stall_s, tuple(boundaries), stages)
+
+
+@pytest.fixture
+def planner():
+    return Planner(load_profile("transformer16"), 4, "1f1b", 8)
+
+
+def test_action_layout_round_trips():
+    layout = ActionLayout(8)
+    assert layout.num_actions == 16
+    for action in range(2, 16):
+        assert layout.move_action(*layout.move(action)) == action
+    assert layout.describe(KEEP) == "keep" and layout.describe(REPLAN) == "replan"
+
+
+def test_observation_is_fixed_size_padded_and_scale_free(planner):
+    encoder = ObservationEncoder(planner, s_max=8, history=4)
+    obs = encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1, 1]))
+    assert obs.shape == (encoder.size,) and obs.dtype == np.float32
+    per_stage = obs[: 8 * 10].reshape(8, 10)
+    assert np.all(per_stage[:4, 0] == 1) and np.all(per_stage[4:] == 0)  # stage mask and padding
+    # scaling every time by 10x (a 10x faster machine's profile and stats) gives the same observation
+    fast = Planner(load_profile("transformer16"), 4, "1f1b", 8)
+    assert np.allclose(obs, ObservationEncoder(fast).observe(stats_for(fast, fast.ideal_boundaries, [1] * 4)))
+
+
+def test_a_slow_device_shows_and_replanning_is_offered(planner):
+    encoder = ObservationEncoder(planner)
+    balanced = planner.ideal_boundaries
+    encoder.observe(stats_for(planner, balanced, [1, 1, 1, 1]))
+    mask_before = encoder.action_mask(balanced)
+    obs = encoder.observe(stats_for(planner, balanced, [1, 1, 2.5, 1]))
+    assert not mask_before[REPLAN]  # nothing to gain: re-plan is masked
+    assert encoder.action_mask(balanced)[REPLAN]
+    replanned = encoder.decode(REPLAN, balanced)
+    sizes = np.diff(list(replanned) + [16])
+    assert sizes[2] < np.diff(list(balanced) + [16])[2]  # the slow stage loses layers
+    assert obs[8 * 10 + 14 + 1] > 0.2  # predicted re-plan gain
+    assert obs[2 * 10 + 6] > 0  # the slow device is marked as loaded
+
+
+def test_moves_that_would_empty_a_stage_are_masked(planner):
+    encoder = ObservationEncoder(planner)
+    boundaries = (0, 1, 2, 3)
+    encoder.observe(stats_for(planner, boundaries, [1] * 4))
+    mask = encoder.action_mask(boundaries)
+    layout = encoder.layout
+    assert not mask[layout.move_action(1, -1)] and not mask[layout.move_action(1, +1)]
+    assert mask[layout.move_action(3, +1)]
+    assert not mask[layout.move_action(5, +1)]  # a padded boundary
+    assert encoder.decode(layout.move_action(1, -1), boundaries) is None
+
+
+def test_bad_statistics_are_refused(planner):
+    encoder = ObservationEncoder(planner)
+    with pytest.raises(StatsError):
+        encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, float("nan"), 1, 1]))
+    with pytest.raises(StatsError):
+        encoder.observe(stats_for(planner, planner.ideal_boundaries[:3], [1, 1, 1]))
+    with pytest.raises(StatsError):
+        ObservationEncoder(Planner(load_profile("transformer16"), 9), s_max=8)
