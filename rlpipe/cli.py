@@ -151,6 +151,43 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print("wrote " + ", ".join(str(f) for f in files))
 
 
+# --- train -----------------------------------------------------------------------------------
+
+def cmd_train(args: argparse.Namespace) -> None:
+    import torch
+
+    from rlpipe.agents.ppo import TrainConfig, train
+    from rlpipe.interference import load_scenario
+
+    config = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
+    if args.timesteps is not None:
+        config.n_timesteps = args.timesteps
+    if args.n_envs is not None:
+        config.n_envs = args.n_envs
+    if args.seed is not None:
+        config.seed = args.seed
+    if args.scenarios:
+        config.env_kwargs["scenarios"] = _names(args.scenarios, "--scenarios")
+    for scenario in config.env_kwargs.get("scenarios", []):
+        load_scenario(scenario, 64 if scenario.startswith("trace:") else 1, 60.0)
+    if config.n_timesteps < 1 or config.n_envs < 1:
+        raise InputError("--timesteps and --n-envs must be >= 1")
+    torch.set_num_threads(1)  # small networks: more threads only contend with the environments
+    policy = train(config, args.out)
+    print(f"wrote {policy} and {policy.with_suffix('.json')} (TensorBoard logs: {args.out}/tb)")
+
+
+# --- run -------------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from rlpipe.runtime.config import config_from_args
+    from rlpipe.runtime.launch import launch
+
+    code = launch(config_from_args(args))
+    if code:
+        raise SystemExit(code)
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,6 +246,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="use this profile (JSON or shipped name) instead of drawing one")
     p.add_argument("--stages", type=int, help="use this stage count instead of drawing one")
     p.add_argument("--duration-s", type=float, default=3600.0, help="simulated training time per episode, s (default 3600)")
+    p = add("train", cmd_train, "Train a PPO agent offline on the simulated environment and export a deploy "
+            "artifact (policy.pt + policy.json).")
+    p.add_argument("--config", help="YAML hyper-parameters, rl-baselines3-zoo layout (e.g. configs/ppo.yml)")
+    p.add_argument("--scenarios", help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
+    p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
+    p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
+    p.add_argument("--seed", type=int, help="training seed (overrides the config)")
+    p.add_argument("--out", required=True, help="output folder: checkpoints, best model, TensorBoard logs, artifact")
+    p = add("run", cmd_run, "Train a model as a live pipeline of stage processes on torch.distributed "
+            "(gloo on CPU, NCCL on CUDA), repartitioning it while it runs.")
+    from rlpipe.runtime.config import add_run_arguments
+
+    add_run_arguments(p)
     return parser
 
 

@@ -1,0 +1,118 @@
+"""The run's options: one typed dataclass, one argparse definition shared by launcher and worker."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+
+from rlpipe.errors import InputError
+
+
+@dataclass
+class RunConfig:
+    """Options of a live pipeline run (``rlpipe run`` / ``python -m rlpipe.runtime``).
+
+    Attributes:
+        model: built-in model name or ``pkg.module:factory``.
+        layers: layer count of a built-in model (``None``: its default).
+        stages: pipeline stages, one process each.
+        schedule: ``"1f1b"`` or ``"gpipe"``.
+        microbatches: micro-batches per iteration.
+        batch: samples per iteration (a multiple of ``microbatches``).
+        iterations: training iterations to run.
+        boundaries: first layer of each stage (``None``: the optimal partition of the profile).
+        profile: profile JSON (``None``: measured at start-up).
+        seed: seed of the model's initial parameters and of the synthetic data.
+        lr: Adam learning rate.
+        interval: iterations per statistics interval (and per controller decision).
+        log: JSONL file for one record per interval (``None``: no log).
+        repartition_at: scripted repartitions, ``{iteration: boundaries}``, applied before that iteration.
+        save_params: write the final parameters of every layer to this file (``None``: don't).
+    """
+
+    model: str = "mlp"
+    layers: int | None = None
+    stages: int = 2
+    schedule: str = "1f1b"
+    microbatches: int = 4
+    batch: int = 32
+    iterations: int = 20
+    boundaries: tuple[int, ...] | None = None
+    profile: str | None = None
+    seed: int = 0
+    lr: float = 1e-3
+    interval: int = 5
+    log: str | None = None
+    repartition_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    save_params: str | None = None
+    drop_moved_optimizer_state: bool = False  # for the correctness control test only
+    fail_transfer_at: int | None = None  # for the atomicity test only: corrupt the transfer before this iteration
+
+    def to_argv(self) -> list[str]:
+        """The command-line arguments that rebuild this config in a worker process."""
+        argv = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if value is None or value is False or (f.name == "repartition_at" and not value):
+                continue
+            if value is True:
+                argv.append(flag)
+            elif f.name == "boundaries":
+                argv += [flag, ",".join(map(str, value))]
+            elif f.name == "repartition_at":
+                argv += [flag] + [f"{it}:{','.join(map(str, b))}" for it, b in sorted(value.items())]
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+
+def _boundaries(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected comma-separated layer indices like 0,4,9") from None
+
+
+def _repartition(text: str) -> tuple[int, tuple[int, ...]]:
+    iteration, sep, rest = text.partition(":")
+    if not sep or not iteration.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}': expected ITER:BOUNDARIES like 10:0,5,9")
+    return int(iteration), _boundaries(rest)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same."""
+    parser.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn) or pkg.module:factory")
+    parser.add_argument("--layers", type=int, help="layer count of a built-in model")
+    parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each")
+    parser.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--microbatches", type=int, default=4, help="micro-batches per iteration (default 4)")
+    parser.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
+    parser.add_argument("--iterations", type=int, default=20, help="training iterations (default 20)")
+    parser.add_argument("--boundaries", type=_boundaries, help="first layer of each stage, e.g. 0,4,9,13 "
+                        "(default: the optimal partition of the profile)")
+    parser.add_argument("--profile", help="profile JSON or shipped name for the initial partition (default: measure now)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of parameters and synthetic data (default 0)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    parser.add_argument("--interval", type=int, default=5, help="iterations per statistics interval (default 5)")
+    parser.add_argument("--log", help="write one JSON record per interval to this JSONL file")
+    parser.add_argument("--repartition-at", nargs="+", type=_repartition, default=[], metavar="ITER:BOUNDARIES",
+                        help="scripted live repartitions, applied before iteration ITER, e.g. 10:0,3,8")
+    parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
+    parser.add_argument("--drop-moved-optimizer-state", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fail-transfer-at", type=int, help=argparse.SUPPRESS)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    values = {f.name: getattr(args, f.name) for f in fields(RunConfig) if hasattr(args, f.name)}
+    values["repartition_at"] = dict(args.repartition_at or [])
+    config = RunConfig(**values)
+    if config.stages < 1 or config.microbatches < 1 or config.iterations < 1 or config.interval < 1:
+        raise InputError("--stages, --microbatches, --iterations and --interval must be >= 1")
+    if config.batch % config.microbatches:
+        raise InputError(f"--batch {config.batch}: must be divisible by --microbatches {config.microbatches}")
+    if config.schedule == "1f1b" and config.microbatches < config.stages:
+        raise InputError(f"--microbatches {config.microbatches}: 1F1B needs at least as many micro-batches "
+                         f"as stages ({config.stages})")
+    return config

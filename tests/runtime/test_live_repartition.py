@@ -1,0 +1,107 @@
+"""The live runtime on real gloo process groups: training, repartition correctness, atomicity, faults."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def rlpipe_run(tmp_path, name, *args, timeout=240):
+    log = tmp_path / f"{name}.jsonl"
+    params = tmp_path / f"{name}.pt"
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args, "--log", str(log),
+                             "--save-params", str(params)], capture_output=True, text=True, timeout=timeout,
+                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return records, torch.load(params, weights_only=True)
+
+
+def losses(records):
+    return [loss for record in records for loss in record["losses"]]
+
+
+def assert_same_training(a, b, tolerance=1e-5):
+    (records_a, params_a), (records_b, params_b) = a, b
+    la, lb = losses(records_a), losses(records_b)
+    assert len(la) == len(lb) and all(abs(x - y) <= tolerance for x, y in zip(la, lb)), (la, lb)
+    assert params_a.keys() == params_b.keys()
+    for key in params_a:
+        assert torch.allclose(params_a[key], params_b[key], atol=tolerance, rtol=0), key
+
+
+# 8 layers; every few iterations the boundaries move, both ways, and the tensors between stages
+# change shape (the transformer's embedding and head, the cnn's down-sampling layers).
+PLANS = {
+    2: ["3:0,2", "6:0,6", "9:0,4", "12:0,1"],
+    4: ["3:0,1,2,3", "6:0,3,5,7", "9:0,2,4,6", "12:0,4,5,6"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_repartitions_reproduce_the_run_without_them(tmp_path, stages, schedule):
+    common = ["--model", "cnn", "--layers", "8", "--stages", str(stages), "--schedule", schedule,
+              "--microbatches", "4", "--batch", "8", "--iterations", "15", "--interval", "3",
+              "--boundaries", {2: "0,4", 4: "0,2,4,6"}[stages]]
+    baseline = rlpipe_run(tmp_path, "baseline", *common)
+    moving = rlpipe_run(tmp_path, "moving", *common, "--repartition-at", *PLANS[stages])
+    assert_same_training(baseline, moving)
+    repartitions = [r["repartition"] for r in moving[0] if "repartition" in r]
+    assert len(repartitions) == 4 and all(r["committed"] and r["bytes_moved"] > 0 for r in repartitions)
+    assert moving[0][-1]["boundaries"] == [int(b) for b in PLANS[stages][-1].split(":")[1].split(",")]
+
+
+@pytest.mark.slow
+def test_dropping_moved_optimizer_state_breaks_the_comparison(tmp_path):
+    common = ["--model", "mlp", "--layers", "6", "--stages", "2", "--microbatches", "4", "--batch", "16",
+              "--iterations", "12", "--interval", "3", "--boundaries", "0,3", "--lr", "0.01"]
+    baseline = rlpipe_run(tmp_path, "baseline", *common)
+    lossy = rlpipe_run(tmp_path, "lossy", *common, "--repartition-at", "3:0,1", "6:0,5",
+                       "--drop-moved-optimizer-state")
+    with pytest.raises(AssertionError):
+        assert_same_training(baseline, lossy)
+
+
+@pytest.mark.slow
+def test_a_failed_transfer_keeps_the_old_partition_everywhere(tmp_path):
+    common = ["--model", "mlp", "--layers", "6", "--stages", "3", "--microbatches", "4", "--batch", "16",
+              "--iterations", "9", "--interval", "3", "--boundaries", "0,2,4"]
+    baseline = rlpipe_run(tmp_path, "baseline", *common)
+    failed = rlpipe_run(tmp_path, "failed", *common, "--repartition-at", "3:0,1,4", "--fail-transfer-at", "3")
+    attempt = failed[0][1]["repartition"]
+    assert not attempt["committed"] and failed[0][-1]["boundaries"] == [0, 2, 4]
+    assert_same_training(baseline, failed)
+
+
+@pytest.mark.slow
+def test_user_model_trains_through_the_factory_contract(tmp_path):
+    records, params = rlpipe_run(tmp_path, "user", "--model", "user_models:tiny", "--stages", "2",
+                                 "--microbatches", "2", "--batch", "8", "--iterations", "6", "--interval", "3",
+                                 "--repartition-at", "3:0,3")
+    assert records[-1]["boundaries"] == [0, 3] and len(params) == 6
+    stage = records[0]["stages"][0]
+    assert {"compute_ms", "comm_ms", "idle_ms", "num_layers", "memory_bytes", "device_load"} <= set(stage)
+    assert records[0]["throughput_samples_s"] > 0 and records[0]["loss"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "no_such_pkg.mod:factory", "--stages", "2"], "cannot import"),
+    (["--model", "mlp", "--layers", "4", "--stages", "6", "--microbatches", "8"], "more stages than"),
+    (["--model", "mlp", "--layers", "6", "--stages", "2", "--boundaries", "0,9"], "--boundaries"),
+    (["--model", "mlp", "--layers", "6", "--stages", "2", "--boundaries", "0,2,4"], "the run has 2"),
+    (["--model", "mlp", "--stages", "4", "--microbatches", "2", "--batch", "8"], "1F1B needs"),
+])
+def test_bad_input_is_refused_before_any_process_starts(args, message):
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args], capture_output=True, text=True,
+                            timeout=60, env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    leftovers = subprocess.run(["pgrep", "-f", "rlpipe.runtime"], capture_output=True, text=True).stdout
+    assert leftovers.strip() == ""
