@@ -1,0 +1,98 @@
+"""A real (short) PPO run: train, export, reload without stable-baselines3, act; refusals; fallback."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlpipe.agents import DecisionContext, make_policy
+from rlpipe.agents.artifact import load_artifact
+from rlpipe.agents.ppo import TrainConfig, load_deployed_policy, train
+from rlpipe.envs import RepartitionEnv
+from rlpipe.errors import InputError
+from rlpipe.evaluate import run_episode
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ppo")
+    config = TrainConfig(n_timesteps=2048, n_envs=2, n_steps=256, batch_size=128, n_epochs=2, eval_freq=1024,
+                         eval_episodes=1, checkpoint_freq=1024, env_kwargs={"duration_s": 600})
+    train(config, out, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_training_writes_the_artifact_and_logs(trained):
+    for name in ["policy.pt", "policy.json", "final_model.zip"]:
+        assert (trained / name).exists()
+    assert (trained / "best" / "best_model.zip").exists() and any((trained / "checkpoints").iterdir())
+    assert any((trained / "tb").rglob("events.out.tfevents.*"))
+    meta = json.loads((trained / "policy.json").read_text())
+    assert meta["observation_version"] == 1 and meta["s_max"] == 8 and meta["training"]["seed"] == 1
+    assert (trained / "policy.pt").stat().st_size < 1_000_000
+
+
+@pytest.mark.slow
+def test_exported_actor_acts_exactly_like_sb3(trained):
+    from sb3_contrib import MaskablePPO
+
+    model = MaskablePPO.load(trained / "best" / "best_model.zip", device="cpu")
+    actor, _ = load_artifact(trained)
+    env = RepartitionEnv(duration_s=1800)
+    checked = 0
+    for seed in range(12):
+        observation, _ = env.reset(seed=seed)
+        done = False
+        while not done and checked < 2000:
+            mask = env.action_masks()
+            expected, _ = model.predict(observation, action_masks=mask, deterministic=True)
+            assert actor.act(observation, mask) == int(expected)
+            checked += 1
+            observation, _, terminated, truncated, _ = env.step(int(expected))
+            done = terminated or truncated
+    assert checked > 500
+
+
+@pytest.mark.slow
+def test_artifact_for_another_layout_is_refused(trained, tmp_path):
+    meta = json.loads((trained / "policy.json").read_text())
+    (tmp_path / "policy.pt").write_bytes((trained / "policy.pt").read_bytes())
+    (tmp_path / "policy.json").write_text(json.dumps({**meta, "observation_version": 99}))
+    with pytest.raises(InputError, match="observation version 99"):
+        load_artifact(tmp_path)
+    with pytest.raises(InputError, match="s_max"):
+        load_artifact(trained, s_max=16)
+    with pytest.raises(InputError, match="no policy artifact"):
+        make_policy(f"ppo:{tmp_path / 'nowhere'}")
+
+
+@pytest.mark.slow
+def test_fallback_engages_and_is_counted(trained, tmp_path):
+    policy = load_deployed_policy(str(trained))
+    env = RepartitionEnv(duration_s=600)
+    observation, _ = env.reset(seed=1)
+    context = DecisionContext(env.encoder, env.boundaries)
+    bad = observation.copy()
+    bad[3] = math.nan
+    policy.act(bad, env.action_masks(), context)
+    assert policy.fallbacks["non-finite statistics"] == 1 and policy.last_reason == "non-finite statistics"
+    missing = load_deployed_policy(str(tmp_path / "missing"), strict=False)
+    assert missing.act(observation, env.action_masks(), context) in range(env.action_space.n)
+    assert sum(missing.fallbacks.values()) == 1
+    # a whole episode with a broken artifact is dynpipe's episode
+    a = run_episode(env, missing, 5, "heavy")
+    b = run_episode(env, make_policy("dynpipe"), 5, "heavy")
+    assert a.efficiency == pytest.approx(b.efficiency)
+
+
+def test_config_file_is_validated(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("rlpipe/Repartition-v0:\n  n_timestep: 5\n")
+    with pytest.raises(InputError, match="n_timestep"):
+        TrainConfig.from_yaml(bad)
+    config = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "ppo.yml")
+    assert config.n_envs == 4 and "heavy" in config.env_kwargs["scenarios"]
