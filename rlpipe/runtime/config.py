@@ -28,6 +28,11 @@ class RunConfig:
         log: JSONL file for one record per interval (``None``: no log).
         repartition_at: scripted repartitions, ``{iteration: boundaries}``, applied before that iteration.
         save_params: write the final parameters of every layer to this file (``None``: don't).
+        policy: controller policy: static, greedy, dynpipe, ppo or ppo:PATH (``None``: no controller).
+        interference: injected scenario preset or ``trace:FILE.csv`` (``None``: none).
+        inject: ``throttle`` (sleep-stretch compute) or ``colocate`` (a competing process).
+        time_scale: trace seconds per second of run time.
+        migration_overhead_s: the fixed repartition cost the controller plans with, s.
     """
 
     model: str = "mlp"
@@ -45,6 +50,11 @@ class RunConfig:
     log: str | None = None
     repartition_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
     save_params: str | None = None
+    policy: str | None = None
+    interference: str | None = None
+    inject: str = "throttle"
+    time_scale: float = 12.0
+    migration_overhead_s: float = 0.1
     drop_moved_optimizer_state: bool = False  # for the correctness control test only
     fail_transfer_at: int | None = None  # for the atomicity test only: corrupt the transfer before this iteration
 
@@ -100,6 +110,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repartition-at", nargs="+", type=_repartition, default=[], metavar="ITER:BOUNDARIES",
                         help="scripted live repartitions, applied before iteration ITER, e.g. 10:0,3,8")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
+    parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
+                        "greedy, dynpipe, ppo (the shipped default) or ppo:PATH (default: none, only --repartition-at)")
+    parser.add_argument("--interference", help="inject a scenario preset (light, heavy, bursty, drift, periodic) "
+                        "or trace:FILE.csv on the stages")
+    parser.add_argument("--inject", choices=["throttle", "colocate"], default="throttle",
+                        help="throttle: stretch compute by the slowdown (reproducible); colocate: run a competing "
+                        "process on the stage's core while slowed (default throttle)")
+    parser.add_argument("--time-scale", type=float, default=12.0,
+                        help="trace seconds per second of run time (default 12: 5 minutes replay an hour)")
+    parser.add_argument("--migration-overhead-s", type=float, default=0.1,
+                        help="fixed cost of a repartition the controller plans with, s (default 0.1)")
     parser.add_argument("--drop-moved-optimizer-state", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fail-transfer-at", type=int, help=argparse.SUPPRESS)
 
@@ -112,6 +133,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise InputError("--stages, --microbatches, --iterations and --interval must be >= 1")
     if config.batch % config.microbatches:
         raise InputError(f"--batch {config.batch}: must be divisible by --microbatches {config.microbatches}")
+    if config.time_scale <= 0:
+        raise InputError(f"--time-scale: must be > 0, got {config.time_scale}")
     if config.schedule == "1f1b" and config.microbatches < config.stages:
         raise InputError(f"--microbatches {config.microbatches}: 1F1B needs at least as many micro-batches "
                          f"as stages ({config.stages})")

@@ -22,9 +22,12 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from rlpipe.models import ModelSpec, load_model
 from rlpipe.partition import Partition, optimal_partition
-from rlpipe.profile import load_profile, measure_profile
+from rlpipe.profile import LayerProfile, load_profile, measure_profile
 from rlpipe.runtime import migration
 from rlpipe.runtime.config import RunConfig
+from rlpipe.runtime.controller import Controller
+from rlpipe.runtime.injection import Injector
+from rlpipe.simulator import MigrationCost
 from rlpipe.stats import IntervalStats, StageStats
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -32,23 +35,26 @@ DATA_BATCHES = 8  # the synthetic data set cycles through this many batches, so 
 
 
 class TimedStage(PipelineStage):
-    """A PipelineStage that accumulates the seconds it spends computing (forward and backward)."""
+    """A PipelineStage that accumulates the seconds it spends computing (forward and backward),
+    stretched by injected interference when an :class:`Injector` is attached."""
 
     compute_s: float = 0.0
+    injector: Injector | None = None
+
+    def _timed(self, chunk, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return chunk(*args, **kwargs)
+        finally:
+            if self.injector is not None:
+                self.injector.stretch(time.perf_counter() - start)
+            self.compute_s += time.perf_counter() - start
 
     def forward_one_chunk(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return super().forward_one_chunk(*args, **kwargs)
-        finally:
-            self.compute_s += time.perf_counter() - start
+        return self._timed(super().forward_one_chunk, *args, **kwargs)
 
     def backward_one_chunk(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return super().backward_one_chunk(*args, **kwargs)
-        finally:
-            self.compute_s += time.perf_counter() - start
+        return self._timed(super().backward_one_chunk, *args, **kwargs)
 
 
 def synthetic_batch(example: torch.Tensor, batch: int, seed: int, iteration: int) -> torch.Tensor:
@@ -79,8 +85,10 @@ class Repartition:
 class StageWorker:
     """Stage ``rank`` of the pipeline: its layers, optimizer, PipelineStage and schedule."""
 
-    def __init__(self, config: RunConfig, spec: ModelSpec, boundaries: tuple[int, ...], rank: int, world: int):
+    def __init__(self, config: RunConfig, spec: ModelSpec, boundaries: tuple[int, ...], rank: int, world: int,
+                 injector: Injector | None = None):
         self.config, self.spec, self.rank, self.world = config, spec, rank, world
+        self.injector = injector
         self.modules: list[nn.Module] = spec.layers  # every rank holds every layer; it trains its own
         self.boundaries = tuple(boundaries)
         self.device = torch.device("cpu")
@@ -99,6 +107,7 @@ class StageWorker:
         when the tensors between stages change shape)."""
         submodule = nn.Sequential(*[self.modules[i] for i in self.owned_layers()])
         self.stage = TimedStage(submodule, self.rank, self.world, self.device)
+        self.stage.injector = self.injector
         self.schedule = SCHEDULES[self.config.schedule](self.stage, self.config.microbatches, loss_fn=self.spec.loss_fn)
 
     def train_step(self, iteration: int) -> list[float]:
@@ -160,11 +169,14 @@ class StageWorker:
                 for name, p in module.named_parameters()}
 
 
-def initial_boundaries(config: RunConfig, spec: ModelSpec, rank: int, world: int) -> tuple[tuple[int, ...], np.ndarray]:
+def initial_boundaries(config: RunConfig, spec: ModelSpec, rank: int,
+                       world: int) -> tuple[tuple[int, ...], np.ndarray, LayerProfile | None]:
     """Rank 0 decides the launch partition (given, or optimal for the profile) and shares it with the
-    profiled compute per layer (for device load); returns (boundaries, profiled compute ms per layer)."""
+    profiled compute per layer (for device load); returns (boundaries, profiled compute ms per layer,
+    the profile on rank 0 / None elsewhere)."""
     num_layers = len(spec.layers)
     message = torch.zeros(world + num_layers, dtype=torch.float64)
+    profile = None
     if rank == 0:
         if config.profile:
             profile = load_profile(config.profile)
@@ -177,7 +189,7 @@ def initial_boundaries(config: RunConfig, spec: ModelSpec, rank: int, world: int
         message[:world] = torch.tensor(boundaries, dtype=torch.float64)
         message[world:] = torch.as_tensor(profile.compute_ms())
     dist.broadcast(message, 0)
-    return tuple(int(b) for b in message[:world].tolist()), message[world:].numpy()
+    return tuple(int(b) for b in message[:world].tolist()), message[world:].numpy(), profile
 
 
 def measure_p2p_bandwidth_gbps(rank: int, world: int, megabytes: int = 8) -> float:
@@ -248,6 +260,16 @@ def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.n
     return record
 
 
+def broadcast_decision(controller: Controller | None, record: dict | None, worker: StageWorker) -> tuple[int, ...]:
+    """Rank 0 asks the controller for the next partition; every rank learns it."""
+    message = torch.tensor(worker.boundaries, dtype=torch.int64)
+    if controller is not None and record is not None:
+        target, controller.last_info = controller.decide(record["_stats"])
+        message = torch.tensor(target, dtype=torch.int64)
+    dist.broadcast(message, 0)
+    return tuple(int(b) for b in message.tolist())
+
+
 def run_worker(config: RunConfig) -> None:
     """The whole life of one stage process."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -258,9 +280,15 @@ def run_worker(config: RunConfig) -> None:
         if world != config.stages:
             raise RuntimeError(f"{world} processes were started for {config.stages} stages")
         spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed)
-        boundaries, profiled_ms = initial_boundaries(config, spec, rank, world)
+        boundaries, profiled_ms, profile = initial_boundaries(config, spec, rank, world)
         bandwidth = measure_p2p_bandwidth_gbps(rank, world)
-        worker = StageWorker(config, spec, boundaries, rank, world)
+        injector = None if not config.interference else Injector.from_spec(
+            config.interference, world, rank, config.time_scale, config.inject, config.seed)
+        worker = StageWorker(config, spec, boundaries, rank, world, injector)
+        controller = None
+        if rank == 0 and config.policy:
+            migration_cost = MigrationCost(bandwidth_gbps=bandwidth or 10.0, overhead_s=config.migration_overhead_s)
+            controller = Controller(config.policy, profile, world, config.schedule, config.microbatches, migration_cost)
         log = open(config.log, "w") if (rank == 0 and config.log) else None
         if rank == 0:
             print(f"rlpipe run: {world} stages {list(boundaries)}, {config.schedule}, "
@@ -279,17 +307,31 @@ def run_worker(config: RunConfig) -> None:
             meter.iterations += 1
             if (iteration + 1) % config.interval == 0 or iteration + 1 == config.iterations:
                 record = gather_interval(worker, meter, profiled_ms, iteration + 1, time.perf_counter() - start)
+                target = None
+                if config.policy and iteration + 1 < config.iterations:
+                    target = broadcast_decision(controller, record, worker)
                 if record is not None:
                     record.pop("_stats")
                     record["p2p_gbps"] = bandwidth
+                    if injector is not None:
+                        record["injected_slowdown"] = injector.trace.at(injector.trace_time_s())[0].tolist()
+                        record["trace_time_s"] = injector.trace_time_s()
+                    if controller is not None:
+                        record["decision"] = controller.last_info
+                        record["fallbacks"] = dict(getattr(controller.policy, "fallbacks", {}))
                     if log:
                         log.write(json.dumps(record) + "\n")
                         log.flush()
                     print(f"iter {iteration + 1:>5}  {record['throughput_samples_s']:8.1f} samples/s  "
                           f"loss {record['loss']:.4f}  boundaries {record['boundaries']}"
-                          + (f"  repartitioned in {record['repartition']['stall_s']:.3f}s" if "repartition" in record else ""),
+                          + (f"  repartitioned in {record['repartition']['stall_s']:.3f}s" if "repartition" in record else "")
+                          + (f"  next: {record['decision']['action']}" if "decision" in record else ""),
                           flush=True)
                 meter = IntervalMeter()
+                if target is not None and target != worker.boundaries:
+                    meter.repartitions.append(worker.repartition(target, iteration + 1))
+        if injector is not None:
+            injector.close()
         if config.save_params:
             params = worker.gather_parameters()
             if rank == 0:
