@@ -33,6 +33,9 @@ class RunConfig:
         inject: ``throttle`` (sleep-stretch compute) or ``colocate`` (a competing process).
         time_scale: trace seconds per second of run time.
         migration_overhead_s: the fixed repartition cost the controller plans with, s.
+        checkpoint_every: save a checkpoint every this many iterations (``None``: never).
+        checkpoint_dir: where checkpoints go.
+        resume: continue from the latest checkpoint in this folder (``None``: start fresh).
     """
 
     model: str = "mlp"
@@ -55,6 +58,9 @@ class RunConfig:
     inject: str = "throttle"
     time_scale: float = 12.0
     migration_overhead_s: float = 0.1
+    checkpoint_every: int | None = None
+    checkpoint_dir: str | None = None
+    resume: str | None = None
     drop_moved_optimizer_state: bool = False  # for the correctness control test only
     fail_transfer_at: int | None = None  # for the atomicity test only: corrupt the transfer before this iteration
 
@@ -63,7 +69,7 @@ class RunConfig:
         argv = []
         for f in fields(self):
             value = getattr(self, f.name)
-            flag = "--" + f.name.replace("_", "-")
+            flag = "--log-file" if f.name == "log" else "--" + f.name.replace("_", "-")
             if value is None or value is False or (f.name == "repartition_at" and not value):
                 continue
             if value is True:
@@ -106,7 +112,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and synthetic data (default 0)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     parser.add_argument("--interval", type=int, default=5, help="iterations per statistics interval (default 5)")
-    parser.add_argument("--log", help="write one JSON record per interval to this JSONL file")
+    parser.add_argument("--log", "--log-file", dest="log", help="write one JSON record per interval to this "
+                        "JSONL file (under torchrun, spell it --log-file: torchrun claims --log)")
     parser.add_argument("--repartition-at", nargs="+", type=_repartition, default=[], metavar="ITER:BOUNDARIES",
                         help="scripted live repartitions, applied before iteration ITER, e.g. 10:0,3,8")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
@@ -121,6 +128,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace seconds per second of run time (default 12: 5 minutes replay an hour)")
     parser.add_argument("--migration-overhead-s", type=float, default=0.1,
                         help="fixed cost of a repartition the controller plans with, s (default 0.1)")
+    parser.add_argument("--checkpoint-every", type=int, help="save model, optimizer, partition and iteration "
+                        "every N iterations (needs --checkpoint-dir)")
+    parser.add_argument("--checkpoint-dir", help="folder for checkpoints")
+    parser.add_argument("--resume", help="continue from the latest checkpoint in this folder")
     parser.add_argument("--drop-moved-optimizer-state", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fail-transfer-at", type=int, help=argparse.SUPPRESS)
 
@@ -133,6 +144,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise InputError("--stages, --microbatches, --iterations and --interval must be >= 1")
     if config.batch % config.microbatches:
         raise InputError(f"--batch {config.batch}: must be divisible by --microbatches {config.microbatches}")
+    if config.checkpoint_every is not None and (config.checkpoint_every < 1 or not config.checkpoint_dir):
+        raise InputError("--checkpoint-every: needs a value >= 1 and --checkpoint-dir")
     if config.time_scale <= 0:
         raise InputError(f"--time-scale: must be > 0, got {config.time_scale}")
     if config.schedule == "1f1b" and config.microbatches < config.stages:

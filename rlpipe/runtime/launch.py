@@ -19,6 +19,7 @@ from rlpipe.errors import InputError
 from rlpipe.models import load_model
 from rlpipe.partition import Partition
 from rlpipe.profile import load_profile
+from rlpipe.runtime import checkpoint
 from rlpipe.runtime.config import RunConfig
 
 PR_SET_PDEATHSIG = 1
@@ -57,6 +58,22 @@ def validate(config: RunConfig) -> None:
             Partition(tuple(boundaries), num_layers)
         except InputError as err:
             raise InputError(f"{label}: {err} (the model has {num_layers} layers)") from None
+    if config.resume:
+        _, meta = checkpoint.latest(config.resume)
+        checkpoint.check_compatible(meta, config, config.resume)
+        if meta["iteration"] >= config.iterations:
+            raise InputError(f"--resume {config.resume}: the checkpoint is at iteration {meta['iteration']}, "
+                             f"--iterations {config.iterations} leaves nothing to run")
+    if config.policy:
+        from rlpipe.agents import make_policy
+
+        if config.policy.split(":")[0] == "oracle":
+            raise InputError("--policy oracle: the oracle needs the future and runs in simulation only")
+        make_policy(config.policy, strict=False)
+    if config.interference:
+        from rlpipe.interference import load_scenario
+
+        load_scenario(config.interference, config.stages, 3600.0, config.seed)
     if config.profile:
         profile = load_profile(config.profile)
         if profile.num_layers != num_layers:

@@ -23,7 +23,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from rlpipe.models import ModelSpec, load_model
 from rlpipe.partition import Partition, optimal_partition
 from rlpipe.profile import LayerProfile, load_profile, measure_profile
-from rlpipe.runtime import migration
+from rlpipe.runtime import checkpoint, migration
 from rlpipe.runtime.config import RunConfig
 from rlpipe.runtime.controller import Controller
 from rlpipe.runtime.injection import Injector
@@ -281,20 +281,29 @@ def run_worker(config: RunConfig) -> None:
             raise RuntimeError(f"{world} processes were started for {config.stages} stages")
         spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed)
         boundaries, profiled_ms, profile = initial_boundaries(config, spec, rank, world)
+        first_iteration, resumed = 0, None
+        if config.resume:
+            resumed, resume_meta = checkpoint.latest(config.resume)
+            checkpoint.check_compatible(resume_meta, config, config.resume)
+            boundaries, first_iteration = tuple(resume_meta["boundaries"]), resume_meta["iteration"]
         bandwidth = measure_p2p_bandwidth_gbps(rank, world)
         injector = None if not config.interference else Injector.from_spec(
             config.interference, world, rank, config.time_scale, config.inject, config.seed)
         worker = StageWorker(config, spec, boundaries, rank, world, injector)
+        if resumed is not None:
+            checkpoint.load_rank(resumed, rank, worker.modules, worker.owned_layers(), worker.optimizer)
+            if injector is not None:  # the scenario's clock goes on where it stopped
+                injector.start -= resume_meta.get("trace_time_s", 0.0) / config.time_scale
         controller = None
         if rank == 0 and config.policy:
             migration_cost = MigrationCost(bandwidth_gbps=bandwidth or 10.0, overhead_s=config.migration_overhead_s)
             controller = Controller(config.policy, profile, world, config.schedule, config.microbatches, migration_cost)
-        log = open(config.log, "w") if (rank == 0 and config.log) else None
+        log = open(config.log, "a" if config.resume else "w") if (rank == 0 and config.log) else None
         if rank == 0:
             print(f"rlpipe run: {world} stages {list(boundaries)}, {config.schedule}, "
                   f"{config.microbatches} micro-batches; p2p {bandwidth:.2f} Gbit/s", flush=True)
         meter, start = IntervalMeter(), time.perf_counter()
-        for iteration in range(config.iterations):
+        for iteration in range(first_iteration, config.iterations):
             if iteration in config.repartition_at:
                 target = tuple(config.repartition_at[iteration])
                 meter.repartitions.append(worker.repartition(target, iteration,
@@ -330,6 +339,12 @@ def run_worker(config: RunConfig) -> None:
                 meter = IntervalMeter()
                 if target is not None and target != worker.boundaries:
                     meter.repartitions.append(worker.repartition(target, iteration + 1))
+            if config.checkpoint_every and (iteration + 1) % config.checkpoint_every == 0:
+                meta = {key: getattr(config, key) for key in checkpoint.IDENTITY_KEYS}
+                meta.update(boundaries=list(worker.boundaries),
+                            trace_time_s=injector.trace_time_s() if injector is not None else 0.0)
+                checkpoint.save(config.checkpoint_dir, iteration + 1, rank, worker.modules, worker.owned_layers(),
+                                worker.optimizer, meta)
         if injector is not None:
             injector.close()
         if config.save_params:

@@ -105,3 +105,92 @@ def test_bad_input_is_refused_before_any_process_starts(args, message):
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     leftovers = subprocess.run(["pgrep", "-f", "rlpipe.runtime"], capture_output=True, text=True).stdout
     assert leftovers.strip() == ""
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_launchers_trains_like_rlpipe_run(tmp_path):
+    common = ["--model", "mlp", "--layers", "6", "--stages", "2", "--microbatches", "4", "--batch", "16",
+              "--iterations", "9", "--interval", "3", "--boundaries", "0,3", "--repartition-at", "3:0,2", "6:0,4"]
+    single = rlpipe_run(tmp_path, "single", *common)
+    from rlpipe.runtime.launch import free_port
+
+    port = str(free_port())
+    log, params = tmp_path / "torchrun.jsonl", tmp_path / "torchrun.pt"
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    nodes = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                               "--master-addr", "127.0.0.1", "--master-port", port, "-m", "rlpipe.runtime", *common,
+                               "--log-file", str(log), "--save-params", str(params)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+             for node in (0, 1)]
+    for node in nodes:
+        _, stderr = node.communicate(timeout=240)
+        assert node.returncode == 0, stderr[-3000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert_same_training(single, (records, torch.load(params, weights_only=True)))
+    assert records[-1]["boundaries"] == [0, 4]
+
+
+def _children_with_rank(parent_pid: int) -> dict[int, int]:
+    """{rank: pid} of the stage processes a launcher started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue
+        if ppid == parent_pid:
+            for item in environ:
+                if item.startswith(b"RANK="):
+                    found[int(item[5:])] = int(entry.name)
+    return found
+
+
+@pytest.mark.slow
+def test_a_dead_stage_ends_the_run_naming_its_rank(tmp_path):
+    import os
+    import signal
+    import time
+
+    common = ["--model", "mlp", "--layers", "6", "--stages", "3", "--microbatches", "4", "--batch", "16",
+              "--interval", "10", "--boundaries", "0,2,4", "--checkpoint-every", "10",
+              "--checkpoint-dir", str(tmp_path / "ckpt")]
+    launcher = subprocess.Popen([sys.executable, "-m", "rlpipe.cli", "run", *common, "--iterations", "100000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 60
+    while len(children := _children_with_rank(launcher.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(children) == 3
+    time.sleep(3)  # let training start
+    os.kill(children[1], signal.SIGKILL)
+    killed_at = time.monotonic()
+    _, stderr = launcher.communicate(timeout=30)
+    assert time.monotonic() - killed_at < 10
+    assert launcher.returncode == 1 and "rank 1" in stderr
+    time.sleep(0.5)
+    for pid in children.values():
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    # the last checkpoint survived and resumes
+    reached = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["iteration"]
+    assert reached >= 10
+    records, _ = rlpipe_run(tmp_path, "resumed", *common, "--iterations", str(reached + 10), "--resume",
+                            str(tmp_path / "ckpt"))
+    assert records[-1]["iteration"] == reached + 10
+
+
+@pytest.mark.slow
+def test_resume_continues_with_the_same_losses(tmp_path):
+    common = ["--model", "mlp", "--layers", "6", "--stages", "2", "--microbatches", "4", "--batch", "16",
+              "--interval", "2", "--boundaries", "0,3", "--repartition-at", "2:0,2", "6:0,4"]
+    whole = rlpipe_run(tmp_path, "whole", *common, "--iterations", "8")
+    checkpoints = tmp_path / "ckpt"
+    first = rlpipe_run(tmp_path, "first", *common, "--iterations", "4", "--checkpoint-every", "2",
+                       "--checkpoint-dir", str(checkpoints))
+    assert json.loads((checkpoints / "latest.json").read_text())["iteration"] == 4
+    second = rlpipe_run(tmp_path, "second", *common, "--iterations", "8", "--resume", str(checkpoints))
+    assert_same_training(whole, (first[0] + second[0], second[1]))
