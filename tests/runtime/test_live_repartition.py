@@ -166,7 +166,8 @@ def test_a_dead_stage_ends_the_run_naming_its_rank(tmp_path):
     while len(children := _children_with_rank(launcher.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert len(children) == 3
-    time.sleep(3)  # let training start
+    while not (tmp_path / "ckpt" / "latest.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # let training reach its first checkpoint
     os.kill(children[1], signal.SIGKILL)
     killed_at = time.monotonic()
     _, stderr = launcher.communicate(timeout=30)
