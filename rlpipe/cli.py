@@ -188,6 +188,16 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise SystemExit(code)
 
 
+# --- report ----------------------------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from rlpipe.report import write_report
+
+    files = write_report(args.logs, args.output)
+    print((files[0]).read_text().split("\n\n![")[0])
+    print("wrote " + ", ".join(str(f) for f in files))
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,6 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
     p.add_argument("--out", required=True, help="output folder: checkpoints, best model, TensorBoard logs, artifact")
+    p = add("report", cmd_report, "Summarise live-run logs (JSONL from rlpipe run --log): summary.md and a "
+            "timeline PNG; several logs are compared side by side.")
+    p.add_argument("logs", nargs="+", help="run logs (JSONL)")
+    p.add_argument("-o", "--output", required=True, help="output folder")
+
     p = add("run", cmd_run, "Train a model as a live pipeline of stage processes on torch.distributed "
             "(gloo on CPU, NCCL on CUDA), repartitioning it while it runs.")
     from rlpipe.runtime.config import add_run_arguments

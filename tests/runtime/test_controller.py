@@ -1,0 +1,81 @@
+"""Policies deciding on a live gloo pipeline under injected interference."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlpipe.report import load_run, summarize, write_report
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def run(tmp_path, name, *args):
+    log = tmp_path / f"{name}.jsonl"
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args, "--log", str(log)],
+                            capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return log, result.stdout
+
+
+# a 3x straggler on stage 1 from trace second 0.5 on
+def straggler_trace(tmp_path) -> Path:
+    trace = tmp_path / "straggler.csv"
+    trace.write_text("time_s,device,slowdown\n0.5,1,3.0\n")
+    return trace
+
+
+@pytest.mark.slow
+def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
+    common = ["--model", "mlp", "--layers", "8", "--stages", "4", "--microbatches", "4", "--batch", "32",
+              "--iterations", "40", "--interval", "5", "--boundaries", "0,2,4,6",
+              "--interference", f"trace:{straggler_trace(tmp_path)}", "--time-scale", "1"]
+    log, stdout = run(tmp_path, "dynpipe", *common, "--policy", "dynpipe")
+    records = load_run(log)
+    assert all("decision" in r for r in records[:-1])
+    assert records[-1]["injected_slowdown"][1] == 3.0
+    sizes = [b - a for a, b in zip(records[-1]["boundaries"], records[-1]["boundaries"][1:] + [8])]
+    assert sizes[1] < 2  # the straggler keeps fewer layers
+    assert summarize(records)["repartitions"] >= 1
+    latencies = [r["decision"]["latency_ms"] for r in records[:-1]]
+    assert sorted(latencies)[len(latencies) // 2] < 5.0
+    assert "next:" in stdout  # progress shows the last decision
+
+
+@pytest.mark.slow
+def test_static_keeps_the_partition_and_report_compares_runs(tmp_path):
+    common = ["--model", "mlp", "--layers", "8", "--stages", "2", "--microbatches", "4", "--batch", "16",
+              "--iterations", "12", "--interval", "4", "--interference", "heavy", "--time-scale", "30"]
+    static, _ = run(tmp_path, "static", *common, "--policy", "static")
+    greedy, _ = run(tmp_path, "greedy", *common, "--policy", "greedy")
+    assert len({tuple(r["boundaries"]) for r in load_run(static)}) == 1
+    files = write_report([str(static), str(greedy)], tmp_path / "report")
+    summary = files[0].read_text()
+    assert "| static |" in summary and "| greedy |" in summary
+    assert files[2].stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_a_missing_ppo_artifact_falls_back_and_is_logged(tmp_path):
+    log, _ = run(tmp_path, "ppo", "--model", "mlp", "--layers", "6", "--stages", "2", "--microbatches", "4",
+                 "--batch", "16", "--iterations", "8", "--interval", "2", "--policy", f"ppo:{tmp_path / 'none'}")
+    records = load_run(log)
+    assert summarize(records)["fallbacks"] >= 3
+    assert "artifact unavailable" in records[0]["decision"]["fallback"]
+
+
+def test_report_refuses_a_malformed_log(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"iteration": 1}\nnot json\n')
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "report", str(bad), "-o", str(tmp_path / "r")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "line 1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_oracle_is_refused_live():
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", "--model", "mlp", "--stages", "2",
+                             "--policy", "oracle"], capture_output=True, text=True)
+    assert result.returncode == 2 and "simulation only" in result.stderr
