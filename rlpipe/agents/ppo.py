@@ -8,8 +8,8 @@ default) whenever the artifact or the input does not fit, counting and logging e
 
 from __future__ import annotations
 
+import json
 import logging
-import math
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
@@ -95,14 +95,67 @@ def _make_vec_env(config: TrainConfig, n_envs: int, seed: int):
     return vec
 
 
+class SB3Policy:
+    """A (Maskable)PPO model behind the :class:`Policy` protocol, for evaluation during training."""
+
+    name = "ppo-training"
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        action, _ = self.model.predict(observation, action_masks=mask, deterministic=True)
+        return int(action)
+
+
+def make_efficiency_callback(config: TrainConfig, out: Path) -> Any:
+    """An EvalCallback that scores the deterministic policy by mean efficiency on the same held-out
+    episodes every time (common random numbers, seeds never used in training) and keeps the best."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from rlpipe.envs.repartition import RepartitionEnv
+    from rlpipe.evaluate import run_episode
+
+    env_kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in config.env_kwargs.items()}
+    scenarios = list(env_kwargs.get("scenarios", ("heavy", "bursty", "none")))
+    episodes = [(scenarios[i % len(scenarios)], 50_000_017 + i) for i in range(config.eval_episodes)]
+
+    class EfficiencyEvalCallback(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.env = RepartitionEnv(**env_kwargs)
+            self.best = -np.inf
+            self.history: list[tuple[int, float]] = []
+
+        def _on_step(self) -> bool:
+            if self.n_calls % max(config.eval_freq // config.n_envs, 1):
+                return True
+            policy = SB3Policy(self.model)
+            score = float(np.mean([run_episode(self.env, policy, seed, scenario).efficiency
+                                   for scenario, seed in episodes]))
+            self.history.append((self.num_timesteps, score))
+            self.logger.record("eval/mean_efficiency", score)
+            (out / "eval").mkdir(parents=True, exist_ok=True)
+            (out / "eval" / "efficiency.json").write_text(json.dumps(self.history))
+            if score > self.best:
+                self.best = score
+                self.model.save(out / "best" / "best_model.zip")
+            return True
+
+    return EfficiencyEvalCallback()
+
+
 def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Path:
     """Train MaskablePPO, keep the best model on held-out seeds, export ``policy.pt`` / ``policy.json``.
 
-    Writes under ``out_dir``: ``best/`` and ``checkpoints/`` (SB3 zips), ``eval/`` (evaluation
-    log), ``tb/`` (TensorBoard), ``final_model.zip``, ``policy.pt`` and ``policy.json``.
+    Writes under ``out_dir``: ``best/`` and ``checkpoints/`` (SB3 zips), ``eval/efficiency.json``
+    (held-out efficiency over training), ``tb/`` (TensorBoard), ``final_model.zip``, ``policy.pt``
+    and ``policy.json``.
     """
     from sb3_contrib import MaskablePPO
-    from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
     from stable_baselines3.common.callbacks import CheckpointCallback
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -113,13 +166,8 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         # Rewards hover near 1.0; scaling returns helps the value function. Observations stay raw
         # (they are scale-free by construction), so deployment applies no statistics.
         train_env = VecNormalize(train_env, norm_obs=False, norm_reward=True, gamma=config.gamma)
-    eval_env = _make_vec_env(config, 1, 10_000_019 + config.seed)  # held-out seeds, never trained on
-    if config.normalize_reward:  # same wrapper type as training; evaluation sees raw rewards
-        eval_env = VecNormalize(eval_env, norm_obs=False, norm_reward=False, training=False)
     callbacks = [
-        MaskableEvalCallback(eval_env, n_eval_episodes=config.eval_episodes,
-                             eval_freq=max(config.eval_freq // config.n_envs, 1), best_model_save_path=str(out / "best"),
-                             log_path=str(out / "eval"), deterministic=True, verbose=0),
+        make_efficiency_callback(config, out),
         CheckpointCallback(save_freq=max(config.checkpoint_freq // config.n_envs, 1),
                            save_path=str(out / "checkpoints"), name_prefix="ppo"),
     ]

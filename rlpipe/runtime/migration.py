@@ -47,7 +47,7 @@ def packed_size(layer: nn.Module) -> int:
 def pack(layers: list[nn.Module], optimizer: torch.optim.Optimizer) -> torch.Tensor:
     """One float32 tensor: for each layer, a has-state flag, its parameters and buffers, then each
     parameter's Adam step, exp_avg and exp_avg_sq (zeros when the optimizer has not stepped yet);
-    a float64-accurate checksum is appended by :func:`send_layers`."""
+    :func:`exchange` appends a checksum."""
     parts: list[torch.Tensor] = []
     for layer in layers:
         params = [p for _, p in sorted(layer.named_parameters())]
@@ -80,7 +80,7 @@ def unpack(flat: torch.Tensor, layers: list[nn.Module]) -> list[dict]:
         layer_state = {}
         for _, p in sorted(layer.named_parameters()):
             step = take(1).item()
-            moments = {key: take(p.numel()).reshape(p.shape).clone() for key in STATE_KEYS}
+            moments = {key: take(p.numel()).reshape(p.shape) for key in STATE_KEYS}  # views: no copy
             if has_state:
                 layer_state[p] = {"step": torch.tensor(step), **moments}
         states.append(layer_state)
@@ -101,26 +101,32 @@ def exchange(plan: dict[tuple[int, int], list[int]], rank: int, modules: list[nn
              optimizer: torch.optim.Optimizer, corrupt: bool = False) -> tuple[list[Received], bool, int]:
     """Send what this rank loses and receive what it gains; returns (staged receipts, ok, bytes sent).
 
-    A received payload's checksum is verified; ``corrupt`` flips it (the atomicity test's fault).
+    Every transfer of this rank is posted at once (one isend or irecv per peer, not a coalesced
+    batch, which can hang on gloo) and then awaited, so independent pairs move in parallel instead
+    of along a chain. A received payload's checksum is verified; ``corrupt`` spoils it (the
+    atomicity test's fault).
     """
-    received, ok, bytes_sent = [], True, 0
+    world = dist.get_world_size()
+    sends, receives, bytes_sent = [], [], 0
     for (src, dst), layers in plan.items():
+        tag = src * world + dst
         if rank == src:
             flat = pack([modules[i] for i in layers], optimizer)
-            checksum = flat.double().sum().reshape(1).float()
-            message = torch.cat([flat, checksum])
-            dist.send(message, dst)
+            message = torch.cat([flat, flat.sum().reshape(1)])  # same data, same summation order at both ends
+            sends.append((message, dist.isend(message, dst, tag=tag)))
             bytes_sent += message.numel() * message.element_size()
         elif rank == dst:
             message = torch.empty(sum(packed_size(modules[i]) for i in layers) + 1)
-            dist.recv(message, src)
-            payload, checksum = message[:-1], message[-1]
-            expected = payload.double().sum().float()
-            if corrupt:
-                expected = expected + 1.0
-            if not torch.isclose(expected, checksum, rtol=1e-5, atol=1e-3):
-                ok = False
-            received.append(Received(layers, payload))
+            receives.append((layers, message, dist.irecv(message, src, tag=tag)))
+    for _, work in sends:
+        work.wait()
+    received, ok = [], True
+    for layers, message, work in receives:
+        work.wait()
+        payload, checksum = message[:-1], message[-1]
+        expected = payload.sum() + (1.0 if corrupt else 0.0)
+        ok = ok and torch.equal(expected, checksum)
+        received.append(Received(layers, payload))
     return received, ok, bytes_sent
 
 

@@ -136,6 +136,7 @@ class StageWorker:
         old = self.boundaries
         plan = migration.transfer_plan(old, new, len(self.modules))
         received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, corrupt)
+        t_exchange = time.perf_counter()
         committed = migration.all_agree(ok)
         if committed:
             moved_state: dict = {}
@@ -151,9 +152,13 @@ class StageWorker:
                 elif p in moved_state and not self.config.drop_moved_optimizer_state:
                     self.optimizer.state[p] = moved_state[p]
             self._build()
+        t_commit = time.perf_counter()
         totals = torch.tensor([float(bytes_sent)], dtype=torch.float64)
         dist.all_reduce(totals)
         dist.barrier()
+        if os.environ.get("RLPIPE_DEBUG_STALL"):
+            print(f"rank {self.rank}: exchange {t_exchange - start:.3f} agree+commit {t_commit - t_exchange:.3f} "
+                  f"sync {time.perf_counter() - t_commit:.3f}", file=sys.stderr, flush=True)
         return Repartition(iteration, old, tuple(new), committed, int(totals.item()), time.perf_counter() - start)
 
     def gather_parameters(self) -> dict[str, torch.Tensor]:
