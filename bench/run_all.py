@@ -1,6 +1,6 @@
 """Run every benchmark side by side in one process and write bench/results.{json,md}.
 
-Usage: ``python -m bench.run_all [--only NAME ...]`` (``make bench`` runs them all).
+Usage: ``python -m bench.run_all [--only NAME ...]`` (``make bench`` runs them all, ~20 minutes).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-BENCHMARKS = ["bench_simulator"]
+BENCHMARKS = ["bench_simulator", "bench_env", "bench_policies", "bench_runtime", "bench_live"]
 RESULTS = Path(__file__).parent
 
 
@@ -25,17 +25,23 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
+def _format(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
+    return str(value)
+
+
 def to_markdown(results: dict) -> str:
-    lines = ["# Benchmark results", "", "Written by `make bench` (`python -m bench.run_all`).", "",
+    lines = ["# Benchmark results", "", "Written by `make bench` (`python -m bench.run_all`); every figure below "
+             "was measured in that run, on this machine:", "",
              "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()), ""]
     for name, figures in results["benchmarks"].items():
         lines += [f"## {name}", "", "| figure | value |", "|---|---|"]
-        for key, value in figures.items():
-            if isinstance(value, (dict, list)):
-                continue
-            lines.append(f"| {key} | {value:,.4g} |" if isinstance(value, float) else f"| {key} | {value} |")
+        lines += [f"| {key} | {_format(value)} |" for key, value in figures.items()
+                  if not isinstance(value, (dict, list)) and key != "markdown"]
         lines.append("")
-        lines += figures.get("markdown", "").splitlines() if isinstance(figures.get("markdown"), str) else []
+        if isinstance(figures.get("markdown"), str):
+            lines += [figures["markdown"], ""]
     return "\n".join(lines) + "\n"
 
 
@@ -52,9 +58,10 @@ def main() -> None:
         figures = importlib.import_module(f"bench.{name}").run()
         figures["wall_s"] = time.perf_counter() - start
         results["benchmarks"][name] = figures
-        print(json.dumps({k: v for k, v in figures.items() if k != "markdown"}, indent=1), flush=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    (RESULTS / "results.md").write_text(to_markdown(results))
+        print(json.dumps({k: v for k, v in figures.items() if not isinstance(v, (dict, list)) and k != "markdown"},
+                         indent=1), flush=True)
+        path.write_text(json.dumps(results, indent=1) + "\n")  # nothing lost if a later benchmark fails
+        (RESULTS / "results.md").write_text(to_markdown(results))
     print(f"wrote {path} and {RESULTS / 'results.md'}")
 
 

@@ -4,8 +4,9 @@ Observation (version 1), a float32 vector for up to ``s_max`` stages, scale-free
 
 - per stage slot (``STAGE_FEATURES + history - 1`` values; zeros for padded slots):
   present (1/0), share of the model's layers, compute per micro-batch over the interference-free
-  optimal stage time, device load - 1, idle share of the iteration, communication share, how long
-  the device has been loaded (log-scaled intervals), device load - 1 in each earlier interval;
+  optimal stage time, estimated slowdown - 1 (recent loads averaged back to the last change), idle
+  share of the iteration, communication share, how long the device has been loaded (log-scaled
+  intervals), measured device load - 1 in each earlier interval;
 - per boundary (``s_max - 1`` x 2): the bottleneck after shifting it by -1 / +1 layer over the
   current bottleneck, minus 1 (0 where invalid), under the estimated device speeds;
 - global: intervals since the last repartition (log-scaled), what the best re-plan would gain
@@ -34,6 +35,7 @@ OBSERVATION_VERSION = 1
 STAGE_FEATURES = 7
 GLOBAL_FEATURES = 7
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load
+CHANGE_TOLERANCE = 0.1  # loads within 10% of the newest count as the same conditions (timer noise ~3%)
 LOG_INTERVALS = math.log1p(100.0)
 KEEP, REPLAN = 0, 1
 
@@ -103,12 +105,12 @@ class ObservationEncoder:
             raise StatsError(f"statistics for {len(stats.stages)} stages, the pipeline has {num_stages}")
         values = np.array([(s.compute_ms, s.comm_ms, s.idle_ms, s.num_layers, s.device_load) for s in stats.stages],
                           dtype=np.float64)
-        slowdown = planner.clip_load(values[:, 4])
+        load = planner.clip_load(values[:, 4])
         if not np.all(np.isfinite(values)) or not math.isfinite(stats.wall_s) or stats.wall_s <= 0:
             raise StatsError("non-finite stage times or interval wall time")
         self.latest = stats
-        self.slowdown_estimate = slowdown
-        self.loads.appendleft(slowdown)
+        self.loads.appendleft(load)
+        self.slowdown_estimate = slowdown = self._estimate(load)
         self.elevated_intervals = np.where(slowdown > ELEVATED_LOAD, self.elevated_intervals + 1, 0)
         self.intervals_since_repartition = 0 if stats.stall_s > 0 else self.intervals_since_repartition + 1
         current = tuple(stats.boundaries)
@@ -148,6 +150,15 @@ class ObservationEncoder:
         ])
         observation = np.concatenate([stage.ravel(), moves.ravel(), global_features])
         return np.clip(observation, -10.0, 10.0).astype(np.float32)
+
+    def _estimate(self, load: np.ndarray) -> np.ndarray:
+        """Each device's slowdown: the mean of its recent loads back to the last change (a load more
+        than ``CHANGE_TOLERANCE`` away from the newest), so that timer noise averages out while a new
+        slowdown shows at once."""
+        history = np.array(self.loads)  # newest first
+        consistent = np.abs(history - load) <= CHANGE_TOLERANCE * load
+        since_change = np.cumprod(consistent, axis=0).astype(bool)
+        return (history * since_change).sum(axis=0) / since_change.sum(axis=0)
 
     def action_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:
         """Valid actions: keep always; re-plan when it changes the partition; moves that keep every

@@ -33,11 +33,13 @@ class Planner:
         bandwidth_gbps: link bandwidth between stages, Gbit/s (``inf``: free communication).
         migration: the cost model of moving layers.
         memory_cap_bytes: per-stage memory cap, bytes (``None``: uncapped).
+        min_gain: a plan replaces the current partition only if it shrinks the bottleneck by at least
+            this fraction (smaller predicted gains are within measurement noise).
     """
 
     def __init__(self, profile: LayerProfile, num_stages: int, schedule: str = "1f1b", microbatches: int = 8,
                  bandwidth_gbps: float = math.inf, migration: MigrationCost | None = None,
-                 memory_cap_bytes: float | None = None):
+                 memory_cap_bytes: float | None = None, min_gain: float = 0.0):
         self.profile = profile
         self.costs = PipelineCosts(profile)
         self.num_layers = profile.num_layers
@@ -47,6 +49,7 @@ class Planner:
         self.bandwidth_gbps = bandwidth_gbps
         self.migration = migration or MigrationCost()
         self.memory_cap_bytes = memory_cap_bytes
+        self.min_gain = min_gain
         self._compute = profile.compute_ms()
         self._prefix_compute = np.concatenate([[0.0], np.cumsum(self._compute)])
         self._roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
@@ -66,7 +69,8 @@ class Planner:
         return np.clip(load, 1.0 / MAX_SLOWDOWN_ESTIMATE, MAX_SLOWDOWN_ESTIMATE)
 
     def plan(self, slowdown: np.ndarray, current: tuple[int, ...] | None = None) -> tuple[int, ...]:
-        """The partition minimising the bottleneck for ``slowdown``; ``current`` when it is as good."""
+        """The partition minimising the bottleneck for ``slowdown``; ``current`` unless that gains
+        at least ``min_gain``."""
         # Estimates are rounded to 0.1% so that repeated conditions reuse a plan.
         key = tuple(np.round(slowdown, 3))
         boundaries = self._plan_cache.get(key)
@@ -75,7 +79,7 @@ class Planner:
                 self._plan_cache.clear()
             boundaries = self._plan_cache[key] = self._optimal(np.asarray(key))
         if current is not None and tuple(current) != boundaries:
-            if self.stage_ms(current, slowdown).max() <= self.stage_ms(boundaries, slowdown).max() * (1 + 1e-9):
+            if self.stage_ms(boundaries, slowdown).max() > self.stage_ms(current, slowdown).max() * (1 - self.min_gain):
                 return tuple(current)
         return boundaries
 

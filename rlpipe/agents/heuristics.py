@@ -111,7 +111,7 @@ class DynPipePolicy:
         self._baseline, self._intervals = None, 0
 
     def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
-        load = context.encoder.slowdown_estimate
+        load = context.encoder.loads[0]  # this interval's measured load, as DynPipe's monitor reports it
         if self._baseline is None or context.encoder.intervals_since_repartition == 0:
             self._baseline = load.copy()
             return KEEP

@@ -40,7 +40,7 @@ class TrainConfig:
     n_envs: int = 4
     seed: int = 1
     policy: str = "MlpPolicy"
-    learning_rate: float = 3e-4
+    learning_rate: float | str = 3e-4  # or "lin_3e-4": decays linearly to 0
     n_steps: int = 512
     batch_size: int = 256
     n_epochs: int = 10
@@ -171,9 +171,12 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         CheckpointCallback(save_freq=max(config.checkpoint_freq // config.n_envs, 1),
                            save_path=str(out / "checkpoints"), name_prefix="ppo"),
     ]
+    hyper = {key: getattr(config, key) for key in PPO_KEYS}
+    if isinstance(config.learning_rate, str) and config.learning_rate.startswith("lin_"):  # zoo notation
+        initial = float(config.learning_rate[4:])
+        hyper["learning_rate"] = lambda progress_remaining: progress_remaining * initial
     model = MaskablePPO(config.policy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
-                        policy_kwargs=dict(config.policy_kwargs), verbose=0,
-                        **{key: getattr(config, key) for key in PPO_KEYS})
+                        policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
     try:
         model.learn(total_timesteps=config.n_timesteps, callback=callbacks, progress_bar=progress)
     finally:  # an interrupted run keeps what it learned
