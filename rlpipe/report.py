@@ -36,7 +36,8 @@ def load_run(path: str | Path) -> list[dict[str, Any]]:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean throughput (samples/s over the whole run, stalls included), repartitions, stall, fallbacks."""
+    """Mean throughput (samples/s over the whole run, stalls included), repartitions, stall, fallbacks,
+    median decision latency."""
     repartitions = [r for rec in records for r in rec.get("repartitions", [rec["repartition"]] if "repartition" in rec else [])]
     committed = [r for r in repartitions if r.get("committed", True)]
     interval_s = np.array([rec.get("interval_s", 0.0) for rec in records])
@@ -47,7 +48,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "throughput_samples_s": float(samples.sum() / interval_s.sum()) if interval_s.sum() > 0 else 0.0,
             "repartitions": len(committed), "stall_s": float(sum(r["stall_s"] for r in committed)),
             "bytes_moved": int(sum(r["bytes_moved"] for r in committed)),
-            "fallbacks": int(sum(fallbacks.values())), "decision_latency_ms": float(np.mean(latencies)) if latencies else None,
+            "fallbacks": int(sum(fallbacks.values())),
+            "decision_latency_ms": float(np.median(latencies)) if latencies else None,
             "final_loss": records[-1].get("loss")}
 
 

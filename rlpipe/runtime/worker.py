@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,14 +91,14 @@ class StageWorker:
         self.modules: list[nn.Module] = spec.layers  # every rank holds every layer; it trains its own
         self.boundaries = tuple(boundaries)
         self.device = torch.device("cpu")
-        self.optimizer = torch.optim.Adam(self._owned_params(), lr=config.lr)
+        self.optimizer = torch.optim.Adam(self.owned_params(), lr=config.lr)
         self._build()
 
     def owned_layers(self) -> range:
         edges = list(self.boundaries) + [len(self.modules)]
         return range(edges[self.rank], edges[self.rank + 1])
 
-    def _owned_params(self) -> list[nn.Parameter]:
+    def owned_params(self) -> list[nn.Parameter]:
         return [p for i in self.owned_layers() for p in self.modules[i].parameters()]
 
     def _build(self) -> None:
@@ -136,7 +135,6 @@ class StageWorker:
         old = self.boundaries
         plan = migration.transfer_plan(old, new, len(self.modules))
         received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, corrupt)
-        t_exchange = time.perf_counter()
         committed = migration.all_agree(ok)
         if committed:
             moved_state: dict = {}
@@ -145,20 +143,16 @@ class StageWorker:
                     moved_state.update(state)
             kept = {p: s for p, s in self.optimizer.state.items() if s}
             self.boundaries = tuple(new)
-            self.optimizer = torch.optim.Adam(self._owned_params(), lr=self.config.lr)
-            for p in self._owned_params():
+            self.optimizer = torch.optim.Adam(self.owned_params(), lr=self.config.lr)
+            for p in self.owned_params():
                 if p in kept:
                     self.optimizer.state[p] = kept[p]
                 elif p in moved_state and not self.config.drop_moved_optimizer_state:
                     self.optimizer.state[p] = moved_state[p]
             self._build()
-        t_commit = time.perf_counter()
         totals = torch.tensor([float(bytes_sent)], dtype=torch.float64)
         dist.all_reduce(totals)
         dist.barrier()
-        if os.environ.get("RLPIPE_DEBUG_STALL"):
-            print(f"rank {self.rank}: exchange {t_exchange - start:.3f} agree+commit {t_commit - t_exchange:.3f} "
-                  f"sync {time.perf_counter() - t_commit:.3f}", file=sys.stderr, flush=True)
         return Repartition(iteration, old, tuple(new), committed, int(totals.item()), time.perf_counter() - start)
 
     def gather_parameters(self) -> dict[str, torch.Tensor]:
@@ -232,7 +226,7 @@ def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.n
     config, world = worker.config, worker.world
     owned = worker.owned_layers()
     own = torch.tensor([worker.stage.compute_s, meter.wall_s, float(len(owned)),
-                        sum(p.numel() * p.element_size() * 3 for p in worker._owned_params()),
+                        sum(p.numel() * p.element_size() * 3 for p in worker.owned_params()),
                         float(profiled_ms[owned.start:owned.stop].sum())], dtype=torch.float64)
     losses = torch.zeros(config.interval, dtype=torch.float64)  # per-iteration loss, known on the last stage
     losses[:len(meter.losses)] = torch.tensor(meter.losses, dtype=torch.float64)
@@ -275,12 +269,43 @@ def broadcast_decision(controller: Controller | None, record: dict | None, worke
     return tuple(int(b) for b in message.tolist())
 
 
+def publish(record: dict, log, bandwidth_gbps: float, injector: Injector | None, controller: Controller | None) -> None:
+    """Rank 0: complete an interval's record, append it to the log, show progress."""
+    record.pop("_stats")
+    record["p2p_gbps"] = bandwidth_gbps
+    if injector is not None:
+        record["injected_slowdown"] = injector.trace.at(injector.trace_time_s())[0].tolist()
+        record["trace_time_s"] = injector.trace_time_s()
+    if controller is not None:
+        record["decision"] = controller.last_info
+        record["fallbacks"] = dict(getattr(controller.policy, "fallbacks", {}))
+    if log:
+        log.write(json.dumps(record) + "\n")
+        log.flush()
+    line = (f"iter {record['iteration']:>5}  {record['throughput_samples_s']:8.1f} samples/s  "
+            f"loss {record['loss']:.4f}  boundaries {record['boundaries']}")
+    if "repartition" in record:
+        line += f"  repartitioned in {record['repartition']['stall_s']:.3f}s"
+    if "decision" in record:
+        line += f"  next: {record['decision']['action']}"
+    print(line, flush=True)
+
+
+def save_checkpoint(worker: StageWorker, iteration: int, injector: Injector | None) -> None:
+    """Collective: every rank saves its layers; the partition and the scenario clock go in the metadata."""
+    meta = {key: getattr(worker.config, key) for key in checkpoint.IDENTITY_KEYS}
+    meta.update(boundaries=list(worker.boundaries), trace_time_s=injector.trace_time_s() if injector else 0.0)
+    checkpoint.save(worker.config.checkpoint_dir, iteration, worker.rank, worker.modules, worker.owned_layers(),
+                    worker.optimizer, meta)
+
+
 def run_worker(config: RunConfig) -> None:
     """The whole life of one stage process."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)  # one thread per rank: more only contend for the cores
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
+    injector: Injector | None = None
     try:
         if world != config.stages:
             raise RuntimeError(f"{world} processes were started for {config.stages} stages")
@@ -325,33 +350,12 @@ def run_worker(config: RunConfig) -> None:
                 if config.policy and iteration + 1 < config.iterations:
                     target = broadcast_decision(controller, record, worker)
                 if record is not None:
-                    record.pop("_stats")
-                    record["p2p_gbps"] = bandwidth
-                    if injector is not None:
-                        record["injected_slowdown"] = injector.trace.at(injector.trace_time_s())[0].tolist()
-                        record["trace_time_s"] = injector.trace_time_s()
-                    if controller is not None:
-                        record["decision"] = controller.last_info
-                        record["fallbacks"] = dict(getattr(controller.policy, "fallbacks", {}))
-                    if log:
-                        log.write(json.dumps(record) + "\n")
-                        log.flush()
-                    print(f"iter {iteration + 1:>5}  {record['throughput_samples_s']:8.1f} samples/s  "
-                          f"loss {record['loss']:.4f}  boundaries {record['boundaries']}"
-                          + (f"  repartitioned in {record['repartition']['stall_s']:.3f}s" if "repartition" in record else "")
-                          + (f"  next: {record['decision']['action']}" if "decision" in record else ""),
-                          flush=True)
+                    publish(record, log, bandwidth, injector, controller)
                 meter = IntervalMeter()
                 if target is not None and target != worker.boundaries:
                     meter.repartitions.append(worker.repartition(target, iteration + 1))
             if config.checkpoint_every and (iteration + 1) % config.checkpoint_every == 0:
-                meta = {key: getattr(config, key) for key in checkpoint.IDENTITY_KEYS}
-                meta.update(boundaries=list(worker.boundaries),
-                            trace_time_s=injector.trace_time_s() if injector is not None else 0.0)
-                checkpoint.save(config.checkpoint_dir, iteration + 1, rank, worker.modules, worker.owned_layers(),
-                                worker.optimizer, meta)
-        if injector is not None:
-            injector.close()
+                save_checkpoint(worker, iteration + 1, injector)
         if config.save_params:
             params = worker.gather_parameters()
             if rank == 0:
@@ -360,4 +364,6 @@ def run_worker(config: RunConfig) -> None:
             log.close()
         dist.barrier()
     finally:
+        if injector is not None:  # a competing process never outlives its stage
+            injector.close()
         dist.destroy_process_group()
