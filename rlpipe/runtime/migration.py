@@ -1,10 +1,10 @@
-"""Moving layers between live stages: parameters, buffers and Adam state travel as one flat tensor.
+"""Moving layers between live stages: parameters, buffers and Adam state, point to point.
 
 Every rank holds a copy of every layer's module (built from the same seed), so a receiver knows
-each layer's shapes; what travels is the owner's current values. Moves are grouped by (sender,
-receiver) pair and processed in the same order on every rank, so blocking point-to-point calls
-cannot deadlock. A transfer is atomic: receivers stage what they get, every rank reports whether
-its part succeeded, and all commit together or all keep the old partition.
+each layer's shapes; what travels is the owner's current values, received straight into the
+receiver's copy, which no stage uses until the move commits. A transfer is atomic: every rank
+reports whether its part arrived intact, and all commit together or all keep the old partition
+(an aborted receipt only refreshed a copy nobody trains).
 """
 
 from __future__ import annotations
@@ -33,101 +33,98 @@ def transfer_plan(old: tuple[int, ...], new: tuple[int, ...], num_layers: int) -
     return dict(sorted(plan.items()))
 
 
-def _layer_tensors(layer: nn.Module) -> list[torch.Tensor]:
+def _values(layer: nn.Module) -> list[torch.Tensor]:
+    """A layer's parameters and buffers, in a fixed order."""
     return [p.data for _, p in sorted(layer.named_parameters())] + [b for _, b in sorted(layer.named_buffers())]
 
 
-def packed_size(layer: nn.Module) -> int:
-    """Floats one layer takes in a transfer: values, two Adam moments per parameter, steps, a flag."""
-    params = sum(p.numel() for p in layer.parameters())
-    buffers = sum(b.numel() for b in layer.buffers())
-    return params * 3 + buffers + len(list(layer.parameters())) + 1
+def _params(layer: nn.Module) -> list[nn.Parameter]:
+    return [p for _, p in sorted(layer.named_parameters())]
 
 
-def pack(layers: list[nn.Module], optimizer: torch.optim.Optimizer) -> torch.Tensor:
-    """One float32 tensor: for each layer, a has-state flag, its parameters and buffers, then each
-    parameter's Adam step, exp_avg and exp_avg_sq (zeros when the optimizer has not stepped yet);
-    :func:`exchange` appends a checksum."""
-    parts: list[torch.Tensor] = []
+def outgoing(layers: list[nn.Module], optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """What a sender sends, in order and without copying: per layer a float64 header (has Adam
+    state, each parameter's step), its parameters and buffers, then each parameter's two moments
+    (zeros before the optimizer's first step)."""
+    tensors: list[torch.Tensor] = []
     for layer in layers:
-        params = [p for _, p in sorted(layer.named_parameters())]
+        params = _params(layer)
         states = [optimizer.state.get(p, {}) for p in params]
-        has_state = all(state for state in states) and bool(params)
-        parts.append(torch.tensor([1.0 if has_state else 0.0]))
-        parts += [t.detach().reshape(-1).float() for t in _layer_tensors(layer)]
+        has_state = bool(params) and all(states)
+        steps = [float(state["step"]) if has_state else 0.0 for state in states]
+        tensors.append(torch.tensor([1.0 if has_state else 0.0, *steps], dtype=torch.float64))
+        tensors += _values(layer)
         for p, state in zip(params, states):
-            parts.append(torch.tensor([float(state["step"]) if has_state else 0.0]))
-            for key in STATE_KEYS:
-                parts.append(state[key].reshape(-1).float() if has_state else torch.zeros(p.numel()))
-    return torch.cat(parts) if parts else torch.zeros(0)
-
-
-def unpack(flat: torch.Tensor, layers: list[nn.Module]) -> list[dict]:
-    """Write values into ``layers`` and return, per layer, ``{param: adam_state}`` (empty if none)."""
-    offset, states = 0, []
-
-    def take(n: int) -> torch.Tensor:
-        nonlocal offset
-        chunk = flat[offset: offset + n]
-        offset += n
-        return chunk
-
-    for layer in layers:
-        has_state = bool(take(1).item())
-        with torch.no_grad():
-            for t in _layer_tensors(layer):
-                t.copy_(take(t.numel()).reshape(t.shape).to(t.dtype))
-        layer_state = {}
-        for _, p in sorted(layer.named_parameters()):
-            step = take(1).item()
-            moments = {key: take(p.numel()).reshape(p.shape) for key in STATE_KEYS}  # views: no copy
-            if has_state:
-                layer_state[p] = {"step": torch.tensor(step), **moments}
-        states.append(layer_state)
-    if offset != flat.numel():
-        raise ValueError(f"transfer size mismatch: used {offset} of {flat.numel()} values")
-    return states
+            tensors += [state[key] if has_state else torch.zeros_like(p) for key in STATE_KEYS]
+    return tensors
 
 
 @dataclass
 class Received:
-    """Layers a rank got in a transfer, staged until every rank agrees to commit."""
+    """What a receiver got for some layers. Values land directly in its (unused) copies of those
+    layers; headers and Adam moments wait here until every rank agrees to commit."""
 
-    layers: list[int]
-    payload: torch.Tensor
+    layers: list[nn.Module]
+    headers: list[torch.Tensor]
+    moments: list[list[torch.Tensor]]
+
+    @classmethod
+    def buffers_for(cls, layers: list[nn.Module]) -> tuple["Received", list[torch.Tensor]]:
+        """The receipt and the tensors to receive into, in the order :func:`outgoing` sends them."""
+        receipt, targets = cls(layers, [], []), []
+        for layer in layers:
+            params = _params(layer)
+            header = torch.empty(1 + len(params), dtype=torch.float64)
+            moments = [torch.empty_like(p) for p in params for _ in STATE_KEYS]
+            receipt.headers.append(header)
+            receipt.moments.append(moments)
+            targets += [header, *_values(layer), *moments]
+        return receipt, targets
+
+    def adam_states(self) -> dict[nn.Parameter, dict]:
+        """``{param: adam_state}`` for the received layers that had optimizer state."""
+        states = {}
+        for layer, header, moments in zip(self.layers, self.headers, self.moments):
+            if header[0].item():
+                for k, p in enumerate(_params(layer)):
+                    states[p] = {"step": torch.tensor(header[1 + k].item()),
+                                 **{key: moments[2 * k + j] for j, key in enumerate(STATE_KEYS)}}
+        return states
+
+
+def _checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The same data summed the same way gives the same bits at both ends."""
+    return torch.tensor([sum(float(t.float().sum()) for t in tensors)], dtype=torch.float64)
 
 
 def exchange(plan: dict[tuple[int, int], list[int]], rank: int, modules: list[nn.Module],
              optimizer: torch.optim.Optimizer, corrupt: bool = False) -> tuple[list[Received], bool, int]:
-    """Send what this rank loses and receive what it gains; returns (staged receipts, ok, bytes sent).
+    """Send what this rank loses and receive what it gains; returns (receipts, ok, bytes sent).
 
-    Every transfer of this rank is posted at once (one isend or irecv per peer, not a coalesced
-    batch, which can hang on gloo) and then awaited, so independent pairs move in parallel instead
-    of along a chain. A received payload's checksum is verified; ``corrupt`` spoils it (the
-    atomicity test's fault).
+    Every tensor of this rank's transfers is posted at once (single isend/irecv calls, not a
+    coalesced batch, which can hang on gloo) and then awaited, so independent pairs move in parallel
+    and nothing is copied into a staging buffer. A checksum closes each transfer; ``corrupt`` spoils
+    it (the atomicity test's fault).
     """
     world = dist.get_world_size()
-    sends, receives, bytes_sent = [], [], 0
+    works, receipts, checks, bytes_sent = [], [], [], 0
     for (src, dst), layers in plan.items():
         tag = src * world + dst
         if rank == src:
-            flat = pack([modules[i] for i in layers], optimizer)
-            message = torch.cat([flat, flat.sum().reshape(1)])  # same data, same summation order at both ends
-            sends.append((message, dist.isend(message, dst, tag=tag)))
-            bytes_sent += message.numel() * message.element_size()
+            tensors = outgoing([modules[i] for i in layers], optimizer)
+            tensors.append(_checksum(tensors))
+            works += [(t, dist.isend(t.contiguous(), dst, tag=tag)) for t in tensors]
+            bytes_sent += sum(t.numel() * t.element_size() for t in tensors)
         elif rank == dst:
-            message = torch.empty(sum(packed_size(modules[i]) for i in layers) + 1)
-            receives.append((layers, message, dist.irecv(message, src, tag=tag)))
-    for _, work in sends:
+            receipt, targets = Received.buffers_for([modules[i] for i in layers])
+            checksum = torch.empty(1, dtype=torch.float64)
+            works += [(t, dist.irecv(t, src, tag=tag)) for t in targets + [checksum]]
+            receipts.append(receipt)
+            checks.append((targets, checksum))
+    for _, work in works:
         work.wait()
-    received, ok = [], True
-    for layers, message, work in receives:
-        work.wait()
-        payload, checksum = message[:-1], message[-1]
-        expected = payload.sum() + (1.0 if corrupt else 0.0)
-        ok = ok and torch.equal(expected, checksum)
-        received.append(Received(layers, payload))
-    return received, ok, bytes_sent
+    ok = all(torch.equal(_checksum(targets) + (1.0 if corrupt else 0.0), checksum) for targets, checksum in checks)
+    return receipts, ok, bytes_sent
 
 
 def all_agree(ok: bool) -> bool:

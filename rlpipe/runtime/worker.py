@@ -137,10 +137,7 @@ class StageWorker:
         received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, corrupt)
         committed = migration.all_agree(ok)
         if committed:
-            moved_state: dict = {}
-            for receipt in received:
-                for state in migration.unpack(receipt.payload, [self.modules[i] for i in receipt.layers]):
-                    moved_state.update(state)
+            moved_state = {p: state for receipt in received for p, state in receipt.adam_states().items()}
             kept = {p: s for p, s in self.optimizer.state.items() if s}
             self.boundaries = tuple(new)
             self.optimizer = torch.optim.Adam(self.owned_params(), lr=self.config.lr)
@@ -159,11 +156,9 @@ class StageWorker:
         """Every layer's current parameters on rank 0 (other ranks return {})."""
         plan = {(src, 0): list(range(start, end)) for src, (start, end) in
                 enumerate(zip(self.boundaries, list(self.boundaries[1:]) + [len(self.modules)])) if src != 0}
-        received, _, _ = migration.exchange(plan, self.rank, self.modules, self.optimizer)
+        migration.exchange(plan, self.rank, self.modules, self.optimizer)  # values land in rank 0's copies
         if self.rank != 0:
             return {}
-        for receipt in received:
-            migration.unpack(receipt.payload, [self.modules[i] for i in receipt.layers])
         return {f"{i}.{name}": p.detach().clone() for i, module in enumerate(self.modules)
                 for name, p in module.named_parameters()}
 
