@@ -4,13 +4,11 @@ prediction for the same profile, partition history and trace (the sim-to-real ga
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 from rlpipe.profile import load_profile
 from rlpipe.report import load_run

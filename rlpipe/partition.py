@@ -199,7 +199,7 @@ def optimal_boundaries(compute_ms: np.ndarray, activation_bytes: np.ndarray, sta
         comm_ms[:] = 0.0
     cap = np.inf if memory_cap_bytes is None else float(memory_cap_bytes)
     inflight_counts = np.ones(num_stages) if inflight is None else np.asarray(inflight, dtype=np.float64)
-    boundaries, times, feasible = _bottleneck_dp(
+    boundaries, times, feasible = bottleneck_dp(
         np.asarray(compute_ms, dtype=np.float64), comm_ms, np.asarray(state_bytes, dtype=np.float64),
         np.asarray(activation_bytes, dtype=np.float64), np.asarray(speeds, dtype=np.float64), cap, inflight_counts)
     if not feasible:
@@ -209,9 +209,17 @@ def optimal_boundaries(compute_ms: np.ndarray, activation_bytes: np.ndarray, sta
 
 
 @njit(cache=True)
-def _bottleneck_dp(compute_ms, comm_ms, state_bytes, activation_bytes, speeds, cap, inflight):  # pragma: no cover
-    """Min-max dynamic program. ``best[s, b]``: smallest bottleneck of stages 0..s covering layers [0, b);
-    stage s covers [a, b) and ``choice[s, b]`` remembers the best a."""
+def bottleneck_dp(compute_ms, comm_ms, state_bytes, activation_bytes, speeds, cap, inflight):  # pragma: no cover
+    """Min-max dynamic program (JIT-compiled), the core of :func:`optimal_boundaries`.
+
+    Args: per-layer ``compute_ms``; ``comm_ms[s, i]``, the round trip a stage s pays when it ends
+    after layer i; per-layer ``state_bytes`` and ``activation_bytes``; per-stage ``speeds``; the
+    memory ``cap`` in bytes (``inf``: none); per-stage ``inflight`` micro-batches.
+    Returns (boundaries, stage times in ms, feasible).
+
+    ``best[s, b]`` is the smallest bottleneck of stages 0..s covering layers [0, b); stage s covers
+    [a, b) and ``choice[s, b]`` remembers the best a.
+    """
     num_layers, num_stages = compute_ms.shape[0], speeds.shape[0]
     prefix = np.zeros(num_layers + 1)
     prefix_state = np.zeros(num_layers + 1)

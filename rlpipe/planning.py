@@ -1,5 +1,5 @@
-"""The pipeline model a decision-maker reasons with: estimate device slowdowns from measured
-statistics, predict iteration times, plan the best partition, price a migration.
+"""The pipeline model a decision-maker reasons with: stage times under estimated device slowdowns,
+predicted iteration times, the best partition to re-plan to, the price of a migration.
 
 It knows only what a live controller knows (the profile, the schedule, the measured StageStats),
 never the simulator's true conditions, so the environment and the live runtime share it unchanged.
@@ -8,10 +8,11 @@ never the simulator's true conditions, so the environment and the live runtime s
 from __future__ import annotations
 
 import math
+
 import numpy as np
 from numba import njit
 
-from rlpipe.partition import Partition, _bottleneck_dp, inflight_microbatches, link_transfer_ms
+from rlpipe.partition import Partition, bottleneck_dp, inflight_microbatches, link_transfer_ms
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import MigrationCost, PipelineCosts
 
@@ -33,13 +34,11 @@ class Planner:
         bandwidth_gbps: link bandwidth between stages, Gbit/s (``inf``: free communication).
         migration: the cost model of moving layers.
         memory_cap_bytes: per-stage memory cap, bytes (``None``: uncapped).
-        min_gain: a plan replaces the current partition only if it shrinks the bottleneck by at least
-            this fraction (smaller predicted gains are within measurement noise).
     """
 
     def __init__(self, profile: LayerProfile, num_stages: int, schedule: str = "1f1b", microbatches: int = 8,
                  bandwidth_gbps: float = math.inf, migration: MigrationCost | None = None,
-                 memory_cap_bytes: float | None = None, min_gain: float = 0.0):
+                 memory_cap_bytes: float | None = None):
         self.profile = profile
         self.costs = PipelineCosts(profile)
         self.num_layers = profile.num_layers
@@ -49,7 +48,6 @@ class Planner:
         self.bandwidth_gbps = bandwidth_gbps
         self.migration = migration or MigrationCost()
         self.memory_cap_bytes = memory_cap_bytes
-        self.min_gain = min_gain
         self._compute = profile.compute_ms()
         self._prefix_compute = np.concatenate([[0.0], np.cumsum(self._compute)])
         self._roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
@@ -69,8 +67,7 @@ class Planner:
         return np.clip(load, 1.0 / MAX_SLOWDOWN_ESTIMATE, MAX_SLOWDOWN_ESTIMATE)
 
     def plan(self, slowdown: np.ndarray, current: tuple[int, ...] | None = None) -> tuple[int, ...]:
-        """The partition minimising the bottleneck for ``slowdown``; ``current`` unless that gains
-        at least ``min_gain``."""
+        """The partition minimising the bottleneck for ``slowdown``; ``current`` when it is as good."""
         # Estimates are rounded to 0.1% so that repeated conditions reuse a plan.
         key = tuple(np.round(slowdown, 3))
         boundaries = self._plan_cache.get(key)
@@ -79,12 +76,12 @@ class Planner:
                 self._plan_cache.clear()
             boundaries = self._plan_cache[key] = self._optimal(np.asarray(key))
         if current is not None and tuple(current) != boundaries:
-            if self.stage_ms(boundaries, slowdown).max() > self.stage_ms(current, slowdown).max() * (1 - self.min_gain):
+            if self.stage_ms(current, slowdown).max() <= self.stage_ms(boundaries, slowdown).max() * (1 + 1e-9):
                 return tuple(current)
         return boundaries
 
     def _optimal(self, slowdown: np.ndarray) -> tuple[int, ...]:
-        boundaries, _, feasible = _bottleneck_dp(self._compute, self._roundtrip_by_stage, self.costs.state_bytes,
+        boundaries, _, feasible = bottleneck_dp(self._compute, self._roundtrip_by_stage, self.costs.state_bytes,
                                                  self.costs.activation_bytes, 1.0 / slowdown, self._memory_cap,
                                                  self._inflight.astype(np.float64))
         if not feasible:

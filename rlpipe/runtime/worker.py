@@ -11,7 +11,6 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,7 +19,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from rlpipe.models import ModelSpec, load_model
-from rlpipe.partition import Partition, optimal_partition
+from rlpipe.partition import optimal_partition
 from rlpipe.profile import LayerProfile, load_profile, measure_profile
 from rlpipe.runtime import checkpoint, migration
 from rlpipe.runtime.config import RunConfig

@@ -4,9 +4,7 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact

@@ -1,6 +1,5 @@
 """Policies deciding on a live gloo pipeline under injected interference."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
