@@ -1,0 +1,32 @@
+import math
+
+from rlpipe.profile import load_profile
+from rlpipe.runtime.controller import Controller
+from rlpipe.simulator import MigrationCost
+from rlpipe.stats import IntervalStats, StageStats
+
+
+def interval(boundaries, loads, num_layers=16):
+    compute = load_profile("transformer16").compute_ms()
+    edges = list(boundaries) + [num_layers]
+    stages = tuple(StageStats(float(compute[a:b].sum() * load), 0.0, 1.0, b - a, 1e6, load)
+                   for a, b, load in zip(edges, edges[1:], loads))
+    return IntervalStats(10, 10, 2.0, 0.0, tuple(boundaries), stages)
+
+
+def test_dynpipe_controller_replans_off_a_straggler_and_logs_latency():
+    controller = Controller("dynpipe", load_profile("transformer16"), 4, "1f1b", 8, MigrationCost(10.0, 0.1))
+    start = controller.encoder.planner.ideal_boundaries
+    target, info = controller.decide(interval(start, [1.0, 1.0, 1.0, 1.0]))
+    assert target == start and info["action"] == "keep" and info["latency_ms"] > 0
+    target, info = controller.decide(interval(start, [1.0, 3.0, 1.0, 1.0]))
+    assert target != start and info["action"] == "replan"
+    sizes = [b - a for a, b in zip(target, list(target[1:]) + [16])]
+    assert sizes[1] < [b - a for a, b in zip(start, list(start[1:]) + [16])][1]
+
+
+def test_unusable_statistics_keep_the_partition():
+    controller = Controller("greedy", load_profile("transformer16"), 4, "1f1b", 8, MigrationCost())
+    start = controller.encoder.planner.ideal_boundaries
+    target, info = controller.decide(interval(start, [1.0, math.nan, 1.0, 1.0]))
+    assert target == start and "non-finite" in info["reason"]
