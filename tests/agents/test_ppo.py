@@ -8,7 +8,7 @@ import pytest
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact
-from rlpipe.agents.ppo import TrainConfig, load_deployed_policy, train
+from rlpipe.agents.ppo import TrainConfig, default_artifact_path, load_deployed_policy, train
 from rlpipe.envs import RepartitionEnv
 from rlpipe.errors import InputError
 from rlpipe.evaluate import run_episode
@@ -94,3 +94,15 @@ def test_config_file_is_validated(tmp_path):
         TrainConfig.from_yaml(bad)
     config = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "ppo.yml")
     assert config.n_envs == 4 and "heavy" in config.env_kwargs["scenarios"]
+
+
+def test_the_shipped_default_policy_loads_and_acts():
+    policy = make_policy("ppo")
+    assert policy.actor is not None and policy.meta.s_max == 8
+    policy_path = default_artifact_path()
+    assert policy_path.stat().st_size < 1_000_000
+    env = RepartitionEnv(duration_s=1200)
+    observation, _ = env.reset(seed=3)
+    action = policy.act(observation, env.action_masks(), DecisionContext(env.encoder, env.boundaries))
+    assert env.action_masks()[action] and not policy.fallbacks
+    assert policy_path.with_suffix(".json").exists()
