@@ -83,6 +83,8 @@ class ObservationEncoder:
         self.history = history
         self.layout = ActionLayout(s_max)
         self.size = self.size_for(s_max, history)
+        self._one_layer_stall_s = planner.migration.overhead_s + float(
+            link_transfer_ms(planner.costs.state_bytes.mean(), planner.migration.bandwidth_gbps)) / 1e3
         self.reset()
 
     @staticmethod
@@ -97,6 +99,7 @@ class ObservationEncoder:
         self.latest: IntervalStats | None = None
         self.slowdown_estimate = np.ones(self.planner.num_stages)
         self.replan_boundaries: tuple[int, ...] = self.planner.ideal_boundaries
+        self._mask_cache: tuple | None = None
 
     def observe(self, stats: IntervalStats) -> np.ndarray:
         """Record one interval and return its observation. Raises :class:`StatsError` on bad statistics."""
@@ -137,16 +140,14 @@ class ObservationEncoder:
         predicted_now = planner.predict_iteration_ms(current, slowdown)
         predicted_replan = (predicted_now if self.replan_boundaries == current
                             else planner.predict_iteration_ms(self.replan_boundaries, slowdown))
-        one_layer_stall = planner.migration.overhead_s + float(
-            link_transfer_ms(planner.costs.state_bytes.mean(), planner.migration.bandwidth_gbps)) / 1e3
         global_features = np.array([
             math.log1p(self.intervals_since_repartition) / LOG_INTERVALS,
             predicted_now / predicted_replan - 1.0,
-            planner.stall_s(current, self.replan_boundaries) / interval_s,
+            (planner.stall_s(current, self.replan_boundaries) if self.replan_boundaries != current else 0.0) / interval_s,
             planner.ideal_iteration_ms / iteration_ms,
             num_stages / self.s_max,
             stats.stall_s / interval_s,
-            one_layer_stall / interval_s,
+            self._one_layer_stall_s / interval_s,
         ])
         observation = np.concatenate([stage.ravel(), moves.ravel(), global_features])
         return np.clip(observation, -10.0, 10.0).astype(np.float32)
@@ -163,6 +164,14 @@ class ObservationEncoder:
     def action_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:
         """Valid actions: keep always; re-plan when it changes the partition; moves that keep every
         stage non-empty and within the memory cap, on boundaries the pipeline has."""
+        key = (tuple(boundaries), self.replan_boundaries)
+        if self._mask_cache is not None and self._mask_cache[0] == key:
+            return self._mask_cache[1].copy()
+        mask = self._compute_mask(boundaries)
+        self._mask_cache = (key, mask)
+        return mask.copy()
+
+    def _compute_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:
         mask = np.zeros(self.layout.num_actions, dtype=bool)
         mask[KEEP] = True
         mask[REPLAN] = tuple(self.replan_boundaries) != tuple(boundaries)

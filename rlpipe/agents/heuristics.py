@@ -129,7 +129,8 @@ class DynPipePolicy:
 class OraclePolicy:
     """Clairvoyant (simulation only): plans the next ``horizon_s`` seconds of the true future.
 
-    The horizon is cut into decision epochs as long as the last interval. A dynamic program over
+    The horizon is cut into decision epochs as long as the last interval (at most ``max_epochs``
+    of them; with shorter intervals an epoch spans several). A dynamic program over
     (epoch, partition) finds the sequence of partitions that runs the most iterations, each switch
     paying its migration stall; the first decision of that plan is taken, and the plan is redone
     at the next interval (receding horizon). Candidates: the current partition and the best
@@ -138,6 +139,7 @@ class OraclePolicy:
 
     horizon_s: float = 600.0
     max_candidates: int = 8
+    max_epochs: int = 40  # longer epochs than an interval when intervals are short: bounded planning cost
     name: str = "oracle"
 
     def reset(self) -> None:
@@ -149,9 +151,10 @@ class OraclePolicy:
             raise RuntimeError("the oracle policy needs the simulator's future (it cannot run live)")
         current = tuple(context.boundaries)
         candidates = [current] + [c for c in future.candidates(self.horizon_s, self.max_candidates) if c != current]
-        epoch_s = max(context.encoder.latest.wall_s - context.encoder.latest.stall_s, 1e-3)
+        epoch_s = max(context.encoder.latest.wall_s - context.encoder.latest.stall_s, self.horizon_s / self.max_epochs)
         end_s = min(future.now_s + self.horizon_s, future.end_s)
         starts = np.arange(future.now_s, end_s, epoch_s)
+        starts = starts[starts < end_s - 1e-6]  # no zero-length last epoch
         if len(starts) == 0:
             return current
         ends = np.append(starts[1:], end_s)
