@@ -91,6 +91,7 @@ class StageWorker:
         self.boundaries = tuple(boundaries)
         self.device = torch.device("cpu")
         self.optimizer = torch.optim.Adam(self.owned_params(), lr=config.lr)
+        self.timed_iterations, self.warmup_compute_s = 0, 0.0
         self._build()
 
     def owned_layers(self) -> range:
@@ -106,11 +107,13 @@ class StageWorker:
         submodule = nn.Sequential(*[self.modules[i] for i in self.owned_layers()])
         self.stage = TimedStage(submodule, self.rank, self.world, self.device)
         self.stage.injector = self.injector
+        self.warm = False  # the first step of a new stage infers shapes: its time is not compute
         self.schedule = SCHEDULES[self.config.schedule](self.stage, self.config.microbatches, loss_fn=self.spec.loss_fn)
 
     def train_step(self, iteration: int) -> list[float]:
         """One iteration; returns the micro-batch losses (on the last stage, else [])."""
         self.optimizer.zero_grad(set_to_none=True)
+        compute_before = self.stage.compute_s
         losses: list[torch.Tensor] = []
         batch = self.config.batch
         if self.rank == 0:
@@ -126,6 +129,12 @@ class StageWorker:
         else:
             self.schedule.step()
         self.optimizer.step()
+        if self.warm:
+            self.timed_iterations += 1
+        else:  # keep the warm-up step out of the compute statistics (unless nothing else is timed)
+            self.warmup_compute_s = self.stage.compute_s - compute_before
+            self.stage.compute_s = compute_before
+            self.warm = True
         return [float(loss.detach()) for loss in losses]
 
     def repartition(self, new: tuple[int, ...], iteration: int, corrupt: bool = False) -> Repartition:
@@ -219,7 +228,10 @@ def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.n
     """All ranks share their interval figures; rank 0 returns the log record (others None)."""
     config, world = worker.config, worker.world
     owned = worker.owned_layers()
-    own = torch.tensor([worker.stage.compute_s, meter.wall_s, float(len(owned)),
+    compute_s, timed = worker.stage.compute_s, worker.timed_iterations
+    if timed == 0:  # only a warm-up step in this interval: report it rather than nothing
+        compute_s, timed = worker.warmup_compute_s, 1
+    own = torch.tensor([compute_s / timed, meter.wall_s, float(len(owned)),
                         sum(p.numel() * p.element_size() * 3 for p in worker.owned_params()),
                         float(profiled_ms[owned.start:owned.stop].sum())], dtype=torch.float64)
     losses = torch.zeros(config.interval, dtype=torch.float64)  # per-iteration loss, known on the last stage
@@ -227,7 +239,7 @@ def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.n
     own = torch.cat([own, losses])
     everyone = [torch.zeros_like(own) for _ in range(world)]
     dist.all_gather(everyone, own)
-    worker.stage.compute_s = 0.0
+    worker.stage.compute_s, worker.timed_iterations = 0.0, 0
     if worker.rank != 0:
         return None
     iterations, stall_s = meter.iterations, sum(r.stall_s for r in meter.repartitions)
@@ -235,7 +247,7 @@ def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.n
     iteration_ms = everyone[0][1].item() / iterations * 1e3
     stages = []
     for row in everyone:
-        compute_ms = row[0].item() / (iterations * config.microbatches) * 1e3
+        compute_ms = row[0].item() / config.microbatches * 1e3  # row[0]: compute seconds per timed iteration
         stages.append(StageStats(compute_ms=compute_ms, comm_ms=0.0,
                                  idle_ms=max(iteration_ms - compute_ms * config.microbatches, 0.0),
                                  num_layers=int(row[2].item()), memory_bytes=row[3].item(),
