@@ -120,7 +120,10 @@ class ObservationEncoder:
         self.replan_boundaries = planner.plan(slowdown, current)
 
         iteration_ms = max(stats.iteration_ms, 1e-9)
-        stage = np.zeros((self.s_max, STAGE_FEATURES + self.history - 1), dtype=np.float64)
+        observation = np.zeros(self.size)  # filled through views: per stage, per move, global
+        stage_size = self.s_max * (STAGE_FEATURES + self.history - 1)
+        stage = observation[:stage_size].reshape(self.s_max, STAGE_FEATURES + self.history - 1)
+        moves = observation[stage_size:stage_size + 2 * (self.s_max - 1)].reshape(self.s_max - 1, 2)
         stage[:num_stages, 0] = 1.0
         stage[:num_stages, 1] = values[:, 3] / planner.num_layers
         stage[:num_stages, 2] = values[:, 0] / planner.ideal_stage_ms
@@ -128,11 +131,11 @@ class ObservationEncoder:
         stage[:num_stages, 4] = values[:, 2] / iteration_ms
         stage[:num_stages, 5] = values[:, 1] / iteration_ms
         stage[:num_stages, 6] = np.log1p(self.elevated_intervals) / LOG_INTERVALS
-        for k, past in enumerate(list(self.loads)[1:]):
-            stage[:num_stages, STAGE_FEATURES + k] = past - 1.0
+        if len(self.loads) > 1:
+            past = np.array(self.loads)[1:]  # earlier intervals, newest first
+            stage[:num_stages, STAGE_FEATURES:STAGE_FEATURES + len(past)] = past.T - 1.0
 
         bottleneck = planner.stage_ms(current, slowdown).max()
-        moves = np.zeros((self.s_max - 1, 2))
         after_move = planner.move_bottlenecks(current, slowdown) / bottleneck - 1.0
         moves[:num_stages - 1] = np.where(np.isnan(after_move), 0.0, after_move)
 
@@ -140,7 +143,7 @@ class ObservationEncoder:
         predicted_now = planner.predict_iteration_ms(current, slowdown)
         predicted_replan = (predicted_now if self.replan_boundaries == current
                             else planner.predict_iteration_ms(self.replan_boundaries, slowdown))
-        global_features = np.array([
+        observation[-GLOBAL_FEATURES:] = (
             math.log1p(self.intervals_since_repartition) / LOG_INTERVALS,
             predicted_now / predicted_replan - 1.0,
             (planner.stall_s(current, self.replan_boundaries) if self.replan_boundaries != current else 0.0) / interval_s,
@@ -148,17 +151,15 @@ class ObservationEncoder:
             num_stages / self.s_max,
             stats.stall_s / interval_s,
             self._one_layer_stall_s / interval_s,
-        ])
-        observation = np.concatenate([stage.ravel(), moves.ravel(), global_features])
-        return np.clip(observation, -10.0, 10.0).astype(np.float32)
+        )
+        return np.minimum(np.maximum(observation, -10.0), 10.0).astype(np.float32)
 
     def _estimate(self, load: np.ndarray) -> np.ndarray:
         """Each device's slowdown: the mean of its recent loads back to the last change (a load more
         than ``CHANGE_TOLERANCE`` away from the newest), so that timer noise averages out while a new
         slowdown shows at once."""
         history = np.array(self.loads)  # newest first
-        consistent = np.abs(history - load) <= CHANGE_TOLERANCE * load
-        since_change = np.cumprod(consistent, axis=0).astype(bool)
+        since_change = np.cumprod(np.abs(history - load) <= CHANGE_TOLERANCE * load, axis=0)
         return (history * since_change).sum(axis=0) / since_change.sum(axis=0)
 
     def action_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:

@@ -62,9 +62,9 @@ class Planner:
     @staticmethod
     def clip_load(load: np.ndarray) -> np.ndarray:
         """Validated device loads as slowdown estimates."""
-        if not np.all(np.isfinite(load)) or np.any(load <= 0):
+        if not (load.min() > 0 and np.isfinite(load.max())):  # also catches NaN: comparisons are False
             raise StatsError(f"non-finite or non-positive device load {load.tolist()}")
-        return np.clip(load, 1.0 / MAX_SLOWDOWN_ESTIMATE, MAX_SLOWDOWN_ESTIMATE)
+        return np.minimum(np.maximum(load, 1.0 / MAX_SLOWDOWN_ESTIMATE), MAX_SLOWDOWN_ESTIMATE)
 
     def plan(self, slowdown: np.ndarray, current: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """The partition minimising the bottleneck for ``slowdown``; ``current`` when it is as good."""

@@ -206,10 +206,8 @@ class MigrationCost:
 
     def bytes_moved(self, state_bytes: np.ndarray, old: Sequence[int], new: Sequence[int]) -> float:
         """Parameter + optimizer bytes of the layers that change stage between two boundary lists."""
-        num_layers = len(state_bytes)
-        layers = np.arange(num_layers)
-        old_stage = np.searchsorted(np.asarray(old), layers, side="right")
-        new_stage = np.searchsorted(np.asarray(new), layers, side="right")
+        sizes = np.diff(np.append(old, len(state_bytes))), np.diff(np.append(new, len(state_bytes)))
+        old_stage, new_stage = (np.repeat(np.arange(len(s)), s) for s in sizes)
         return float(state_bytes[old_stage != new_stage].sum())
 
     def stall_s(self, state_bytes: np.ndarray, old: Sequence[int], new: Sequence[int]) -> float:

@@ -142,6 +142,7 @@ class RepartitionEnv(gym.Env):
         self._memory_inflight = inflight_microbatches(s.num_stages, s.microbatches, s.schedule)
         self._timing_cache: dict[tuple[tuple[int, ...], int], IterationTiming] = {}
         self._best_cache: dict[int, tuple[tuple[int, ...], float]] = {}
+        self._constants_cache: dict[tuple[int, ...], tuple[list[int], list[float], np.ndarray]] = {}
         self.boundaries = self.planner.ideal_boundaries
         self.time_s = 0.0
         self.iteration = 0
@@ -229,6 +230,18 @@ class RepartitionEnv(gym.Env):
             time_s = until
         return max(total, 1e-12)
 
+    def _partition_constants(self, boundaries: tuple[int, ...]) -> tuple[list[int], list[float], np.ndarray]:
+        """Per stage of a partition: layer count, memory in bytes, profiled compute in ms (cached)."""
+        constants = self._constants_cache.get(boundaries)
+        if constants is None:
+            edges = np.asarray(boundaries)
+            memory = (np.add.reduceat(self._state_bytes, edges)
+                      + self._memory_inflight * np.add.reduceat(self.planner.costs.activation_bytes, edges))
+            constants = self._constants_cache[boundaries] = (
+                np.diff(np.append(edges, self.planner.num_layers)).tolist(), memory.tolist(),
+                np.add.reduceat(self._ideal_compute, edges))
+        return constants
+
     def _run_interval(self, stall_s: float) -> tuple[IntervalStats, float]:
         """Pay ``stall_s``, then run K iterations through the trace; return noisy stats and the end time."""
         s, trace, k = self.situation, self.situation.trace, self.config.interval_iterations
@@ -241,7 +254,9 @@ class RepartitionEnv(gym.Env):
             until = trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf
             take = min(k - done, (until - time_s) * 1e3 / timing.iteration_ms)
             take = max(take, min(k - done, 1e-6))  # never stall on a change that falls exactly now
-            weighted += take * np.stack([timing.compute_ms / s.microbatches, timing.comm_ms, timing.idle_ms])
+            weighted[0] += take / s.microbatches * timing.compute_ms
+            weighted[1] += take * timing.comm_ms
+            weighted[2] += take * timing.idle_ms
             time_s += take * timing.iteration_ms / 1e3
             done += take
         self.time_s = time_s
@@ -249,12 +264,8 @@ class RepartitionEnv(gym.Env):
         mean = weighted / k
         noise = np.exp(self.np_random.normal(0.0, self.config.timer_noise, size=mean.shape))
         measured = mean * noise
-        edges = np.asarray(self.boundaries)
-        ideal_compute = np.add.reduceat(self._ideal_compute, edges)
-        memory = (np.add.reduceat(self._state_bytes, edges)
-                  + self._memory_inflight * np.add.reduceat(self.planner.costs.activation_bytes, edges))
-        layers = np.diff(np.append(edges, s.profile.num_layers))
-        columns = zip(*measured.tolist(), layers.tolist(), memory.tolist(), (measured[0] / ideal_compute).tolist())
+        layers, memory, ideal_compute = self._partition_constants(self.boundaries)
+        columns = zip(*measured.tolist(), layers, memory, (measured[0] / ideal_compute).tolist())
         stages = tuple(StageStats(*column) for column in columns)
         stats = IntervalStats(self.iteration, k, time_s - start_s, stall_s, tuple(self.boundaries), stages)
         return stats, time_s
