@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 
 from rlpipe.profile import load_profile
 from rlpipe.report import load_run
@@ -50,21 +52,24 @@ def run() -> dict:
                                check=True, cwd=root, stdout=subprocess.DEVNULL)
                 records = load_run(log)
                 live = sum(len(r["losses"]) * 16 for r in records) / sum(r["interval_s"] for r in records)
+                latencies = [r["decision"]["latency_ms"] for r in records if "decision" in r]
                 results[scenario][policy] = {
                     "live_samples_s": live, "sim_samples_s": simulated_throughput(records, profile, 16, 4),
-                    "repartitions": sum(1 for r in records if "repartition" in r)}
+                    "repartitions": sum(1 for r in records if "repartition" in r),
+                    "decision_ms_median": float(np.median(latencies)),
+                    "iteration_ms_median": float(np.median([r["interval_s"] / len(r["losses"]) * 1e3 for r in records]))}
     lines = []
     for scenario, table in results.items():
         static = table["static"]
         lines += [f"### {scenario} (live, throttle)", "",
-                  "| policy | live samples/s | live vs static | sim vs static | live / sim | repartitions |",
-                  "|---|---|---|---|---|---|"]
+                  "| policy | live samples/s | live vs static | sim vs static | live / sim | repartitions | decision ms |",
+                  "|---|---|---|---|---|---|---|"]
         for policy, m in table.items():
             m["live_vs_static"] = m["live_samples_s"] / static["live_samples_s"]
             m["sim_vs_static"] = m["sim_samples_s"] / static["sim_samples_s"]
             m["live_over_sim"] = m["live_samples_s"] / m["sim_samples_s"]
             lines.append(f"| {policy} | {m['live_samples_s']:.1f} | {m['live_vs_static']:.3f} | {m['sim_vs_static']:.3f} "
-                         f"| {m['live_over_sim']:.3f} | {m['repartitions']} |")
+                         f"| {m['live_over_sim']:.3f} | {m['repartitions']} | {m['decision_ms_median']:.2f} |")
         live_rank = sorted(table, key=lambda p: -table[p]["live_samples_s"])
         sim_rank = sorted(table, key=lambda p: -table[p]["sim_samples_s"])
         lines += ["", f"ranking live: {' > '.join(live_rank)}; simulated: {' > '.join(sim_rank)}", ""]

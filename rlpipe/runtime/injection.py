@@ -8,14 +8,13 @@ competing busy loop on the stage's CPU core while the slowdown is on (honest, no
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 import time
 
 from rlpipe.interference import InterferenceTrace, load_scenario
+from rlpipe.runtime.processes import die_with_parent
 
 INJECTION_MODES = ("throttle", "colocate")
 
@@ -60,7 +59,7 @@ class Injector:
             core = self.device % (os.cpu_count() or 1)
             self._competitor = subprocess.Popen(
                 [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"],
-                preexec_fn=_die_with_parent)
+                preexec_fn=die_with_parent)
         elif not on and self._competitor is not None:
             self.close()
 
@@ -69,10 +68,3 @@ class Injector:
             self._competitor.kill()
             self._competitor.wait()
             self._competitor = None
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass

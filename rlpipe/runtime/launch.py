@@ -7,9 +7,7 @@ seconds and the error names the rank; child processes never outlive the launcher
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,16 +19,7 @@ from rlpipe.partition import Partition
 from rlpipe.profile import load_profile
 from rlpipe.runtime import checkpoint
 from rlpipe.runtime.config import RunConfig
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child before exec (Linux): SIGKILL when the launcher dies
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
+from rlpipe.runtime.processes import die_with_parent
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -87,7 +76,7 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
            "WORLD_SIZE": str(config.stages), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "rlpipe.runtime", *config.to_argv()]
     processes = [subprocess.Popen(command, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                  preexec_fn=_die_with_parent) for rank in range(config.stages)]
+                                  preexec_fn=die_with_parent) for rank in range(config.stages)]
     try:
         while True:
             codes = [p.poll() for p in processes]
