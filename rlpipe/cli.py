@@ -237,8 +237,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rlpipe", description="Repartition pipeline-parallel training under interference: profile a "
-        "model, plan and simulate partitions, generate interference scenarios.")
+        prog="rlpipe", description="Repartition pipeline-parallel training on shared, noisy machines: train "
+        "a PPO controller offline (train), deploy a policy to a live torch.distributed pipeline (run, report, "
+        "demo), evaluate it against heuristics in simulation (evaluate). Tools: profile, partition, simulate, "
+        "scenario.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Callable[[argparse.Namespace], None], help_text: str) -> argparse.ArgumentParser:
