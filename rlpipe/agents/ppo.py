@@ -142,6 +142,7 @@ def make_efficiency_callback(config: TrainConfig, out: Path) -> Any:
             (out / "eval" / "efficiency.json").write_text(json.dumps(self.history))
             if score > self.best:
                 self.best = score
+                (out / "best").mkdir(parents=True, exist_ok=True)
                 self.model.save(out / "best" / "best_model.zip")
             return True
 
