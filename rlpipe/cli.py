@@ -137,13 +137,13 @@ def env_config_from_args(args: argparse.Namespace) -> "EnvConfig":
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from rlpipe.agents import make_policy
     from rlpipe.evaluate import evaluate, to_markdown, write_report
-    from rlpipe.interference import load_scenario
+    from rlpipe.interference import check_scenario
 
     policies, scenarios = _names(args.policies, "--policies"), _names(args.scenarios, "--scenarios")
     for policy in policies:
         make_policy(policy)  # fail fast on a bad name or artifact, before any episode runs
     for scenario in scenarios:
-        load_scenario(scenario, 1 if not scenario.startswith("trace:") else 64, 60.0)
+        check_scenario(scenario)
     if args.episodes < 1:
         raise InputError(f"--episodes: must be >= 1, got {args.episodes}")
     results = evaluate(policies, scenarios, args.episodes, args.seed, env_config_from_args(args))
@@ -158,7 +158,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
     from rlpipe.agents.ppo import TrainConfig, train
-    from rlpipe.interference import load_scenario
+    from rlpipe.interference import check_scenario
 
     config = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
     if args.timesteps is not None:
@@ -170,7 +170,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.scenarios:
         config.env_kwargs["scenarios"] = _names(args.scenarios, "--scenarios")
     for scenario in config.env_kwargs.get("scenarios", []):
-        load_scenario(scenario, 64 if scenario.startswith("trace:") else 1, 60.0)
+        check_scenario(scenario)
     if config.n_timesteps < 1 or config.n_envs < 1:
         raise InputError("--timesteps and --n-envs must be >= 1")
     torch.set_num_threads(1)  # small networks: more threads only contend with the environments

@@ -230,7 +230,7 @@ def _link_jitter(rng: np.random.Generator, num_devices: int, duration_s: float, 
 def generate_scenario(name: str, num_devices: int, duration_s: float = 3600.0, seed: int = 0) -> InterferenceTrace:
     """A seeded preset: ``none``, ``light``, ``heavy``, ``bursty``, ``drift``, ``periodic`` or ``jitter``."""
     if name not in PRESETS:
-        raise InputError(f"scenario '{name}': unknown (presets: {', '.join(PRESETS)}; or trace:FILE.csv)")
+        check_scenario(name)  # says what is wrong with the name
     if num_devices < 1:
         raise InputError(f"--devices: must be >= 1, got {num_devices}")
     if not (math.isfinite(duration_s) and duration_s > 0):
@@ -274,6 +274,14 @@ def generate_scenario(name: str, num_devices: int, duration_s: float = 3600.0, s
     events = [e for device, intervals in enumerate(per_device) for e in _to_events(intervals, str(device), max)]
     events = [e for e in events + link_events if e[0] < duration_s]  # episodes cut off by the end
     return InterferenceTrace.from_events(events, num_devices, duration_s, name=name)
+
+
+def check_scenario(spec: str) -> None:
+    """Refuse an unknown preset or a malformed trace file before any work starts."""
+    if spec.startswith("trace:"):
+        load_trace_csv(spec[len("trace:"):])
+    elif spec not in PRESETS:
+        raise InputError(f"scenario '{spec}': unknown (presets: {', '.join(PRESETS)}; or trace:FILE.csv)")
 
 
 def load_scenario(spec: str, num_devices: int, duration_s: float = 3600.0, seed: int = 0) -> InterferenceTrace:

@@ -14,7 +14,7 @@ import sys
 import time
 
 from rlpipe.errors import InputError
-from rlpipe.models import load_model
+from rlpipe.models import BUILTIN_MODELS, load_model
 from rlpipe.partition import Partition
 from rlpipe.profile import load_profile
 from rlpipe.runtime import checkpoint
@@ -33,7 +33,8 @@ def validate(config: RunConfig) -> None:
     num_layers = len(spec.layers)
     if config.stages > num_layers:
         raise InputError(f"--stages {config.stages}: more stages than the model's {num_layers} layers")
-    if config.model not in ("transformer", "mlp", "cnn") and spec.example_microbatch.shape[0] * config.microbatches != config.batch:
+    is_factory = config.model not in BUILTIN_MODELS
+    if is_factory and spec.example_microbatch.shape[0] * config.microbatches != config.batch:
         raise InputError(f"--batch {config.batch}: the factory's micro-batch of {spec.example_microbatch.shape[0]} "
                          f"x {config.microbatches} micro-batches makes {spec.example_microbatch.shape[0] * config.microbatches}")
     for label, boundaries in [("--boundaries", config.boundaries)] + [

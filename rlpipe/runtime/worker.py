@@ -224,8 +224,9 @@ class IntervalMeter:
 
 
 def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.ndarray, iteration: int,
-                    elapsed_s: float) -> dict | None:
-    """All ranks share their interval figures; rank 0 returns the log record (others None)."""
+                    elapsed_s: float) -> tuple[IntervalStats, dict] | None:
+    """All ranks share their interval figures; rank 0 returns the statistics and the log record
+    (others None)."""
     config, world = worker.config, worker.world
     owned = worker.owned_layers()
     compute_s, timed = worker.stage.compute_s, worker.timed_iterations
@@ -261,15 +262,15 @@ def gather_interval(worker: StageWorker, meter: IntervalMeter, profiled_ms: np.n
         record["repartition"] = meter.repartitions[-1].to_dict()
         if len(meter.repartitions) > 1:
             record["repartitions"] = [r.to_dict() for r in meter.repartitions]
-    record["_stats"] = stats
-    return record
+    return stats, record
 
 
-def broadcast_decision(controller: Controller | None, record: dict | None, worker: StageWorker) -> tuple[int, ...]:
+def broadcast_decision(controller: Controller | None, stats: IntervalStats | None,
+                       worker: StageWorker) -> tuple[int, ...]:
     """Rank 0 asks the controller for the next partition; every rank learns it."""
     message = torch.tensor(worker.boundaries, dtype=torch.int64)
-    if controller is not None and record is not None:
-        target, controller.last_info = controller.decide(record["_stats"])
+    if controller is not None and stats is not None:
+        target, controller.last_info = controller.decide(stats)
         message = torch.tensor(target, dtype=torch.int64)
     dist.broadcast(message, 0)
     return tuple(int(b) for b in message.tolist())
@@ -277,7 +278,6 @@ def broadcast_decision(controller: Controller | None, record: dict | None, worke
 
 def publish(record: dict, log, bandwidth_gbps: float, injector: Injector | None, controller: Controller | None) -> None:
     """Rank 0: complete an interval's record, append it to the log, show progress."""
-    record.pop("_stats")
     record["p2p_gbps"] = bandwidth_gbps
     if injector is not None:
         record["injected_slowdown"] = injector.trace.at(injector.trace_time_s())[0].tolist()
@@ -351,10 +351,11 @@ def run_worker(config: RunConfig) -> None:
             meter.wall_s += time.perf_counter() - step_start
             meter.iterations += 1
             if (iteration + 1) % config.interval == 0 or iteration + 1 == config.iterations:
-                record = gather_interval(worker, meter, profiled_ms, iteration + 1, time.perf_counter() - start)
+                gathered = gather_interval(worker, meter, profiled_ms, iteration + 1, time.perf_counter() - start)
+                stats, record = gathered if gathered is not None else (None, None)
                 target = None
                 if config.policy and iteration + 1 < config.iterations:
-                    target = broadcast_decision(controller, record, worker)
+                    target = broadcast_decision(controller, stats, worker)
                 if record is not None:
                     publish(record, log, bandwidth, injector, controller)
                 meter = IntervalMeter()
