@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo bench clean
+.PHONY: setup test test-fast lint demo bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# ruff (style, imports, bugbear, McCabe complexity <= 15) and mypy (types) on the package
+lint: setup
+	$(BIN)/ruff check rlpipe tests bench
+	$(BIN)/mypy rlpipe
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from rlpipe.profile import load_profile
 from rlpipe.report import load_run
 from rlpipe.simulator import PipelineCosts
@@ -57,19 +56,22 @@ def run() -> dict:
                     "live_samples_s": live, "sim_samples_s": simulated_throughput(records, profile, 16, 4),
                     "repartitions": sum(1 for r in records if "repartition" in r),
                     "decision_ms_median": float(np.median(latencies)),
-                    "iteration_ms_median": float(np.median([r["interval_s"] / len(r["losses"]) * 1e3 for r in records]))}
+                    "iteration_ms_median": float(np.median([r["interval_s"] / len(r["losses"]) * 1e3
+                                                            for r in records]))}
     lines = []
     for scenario, table in results.items():
         static = table["static"]
         lines += [f"### {scenario} (live, throttle)", "",
-                  "| policy | live samples/s | live vs static | sim vs static | live / sim | repartitions | decision ms |",
+                  "| policy | live samples/s | live vs static | sim vs static | live / sim | repartitions "
+                  "| decision ms |",
                   "|---|---|---|---|---|---|---|"]
         for policy, m in table.items():
             m["live_vs_static"] = m["live_samples_s"] / static["live_samples_s"]
             m["sim_vs_static"] = m["sim_samples_s"] / static["sim_samples_s"]
             m["live_over_sim"] = m["live_samples_s"] / m["sim_samples_s"]
-            lines.append(f"| {policy} | {m['live_samples_s']:.1f} | {m['live_vs_static']:.3f} | {m['sim_vs_static']:.3f} "
-                         f"| {m['live_over_sim']:.3f} | {m['repartitions']} | {m['decision_ms_median']:.2f} |")
+            lines.append(f"| {policy} | {m['live_samples_s']:.1f} | {m['live_vs_static']:.3f} "
+                         f"| {m['sim_vs_static']:.3f} | {m['live_over_sim']:.3f} | {m['repartitions']} "
+                         f"| {m['decision_ms_median']:.2f} |")
         live_rank = sorted(table, key=lambda p: -table[p]["live_samples_s"])
         sim_rank = sorted(table, key=lambda p: -table[p]["sim_samples_s"])
         lines += ["", f"ranking live: {' > '.join(live_rank)}; simulated: {' > '.join(sim_rank)}", ""]

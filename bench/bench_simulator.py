@@ -13,8 +13,9 @@ from rlpipe.simulator import PipelineCosts
 
 def _synthetic_profile(num_layers: int, seed: int = 0) -> LayerProfile:
     rng = np.random.default_rng(seed)
-    return LayerProfile("bench", 4, tuple(
-        LayerCost(f"{i}", float(f), float(2 * f), 131072, 10**6, 2 * 10**6) for i, f in enumerate(rng.uniform(0.5, 2, num_layers))))
+    forward_ms = rng.uniform(0.5, 2, num_layers)
+    return LayerProfile("bench", 4, tuple(LayerCost(f"{i}", float(f), float(2 * f), 131072, 10**6, 2 * 10**6)
+                                          for i, f in enumerate(forward_ms)))
 
 
 def _rate(fn, min_seconds: float = 1.0) -> float:

@@ -3,6 +3,7 @@
 import gymnasium
 
 __version__ = "0.1.0"
+ENV_ID = "rlpipe/Repartition-v0"  # the environment's gymnasium id, and its block in configs/ppo.yml
 
-if "rlpipe/Repartition-v0" not in gymnasium.registry:
-    gymnasium.register(id="rlpipe/Repartition-v0", entry_point="rlpipe.envs.repartition:RepartitionEnv")
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(id=ENV_ID, entry_point="rlpipe.envs.repartition:RepartitionEnv")

@@ -9,13 +9,19 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from rlpipe.errors import InputError
+from rlpipe.partition import SCHEDULES
 
 if TYPE_CHECKING:
     from rlpipe.envs.repartition import EnvConfig
+
+EVALUATE_POLICIES = "static,greedy,dynpipe,oracle"
+EVALUATE_SCENARIOS = "bursty,heavy,drift"
+DEMO_POLICIES = "static,dynpipe,ppo"
 
 
 def _floats(text: str, option: str) -> list[float]:
@@ -114,14 +120,16 @@ def cmd_scenario(args: argparse.Namespace) -> None:
 
 # --- evaluate --------------------------------------------------------------------------------
 
-def _names(text: str, option: str) -> list[str]:
+def _names(texts: str | list[str] | None, option: str, default: str = "") -> list[str]:
+    """Comma-separated names; a repeated option (a list of texts) adds up, ``None`` gives ``default``."""
+    text = ",".join(texts) if isinstance(texts, list) else (texts or default)
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise InputError(f"{option}: give at least one name")
     return names
 
 
-def env_config_from_args(args: argparse.Namespace) -> "EnvConfig":
+def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
     """The environment options shared by evaluate and train: --profile, --stages, --duration-s."""
     from rlpipe.envs.repartition import EnvConfig
     from rlpipe.profile import load_profile
@@ -139,7 +147,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from rlpipe.evaluate import evaluate, to_markdown, write_report
     from rlpipe.interference import check_scenario
 
-    policies, scenarios = _names(args.policies, "--policies"), _names(args.scenarios, "--scenarios")
+    policies = _names(args.policies, "--policies", EVALUATE_POLICIES)
+    scenarios = _names(args.scenarios, "--scenarios", EVALUATE_SCENARIOS)
     for policy in policies:
         make_policy(policy)  # fail fast on a bad name or artifact, before any episode runs
     for scenario in scenarios:
@@ -221,7 +230,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name="transformer12").save(
         out / "profile.json")
     logs = []
-    for policy in _names(args.policies, "--policies"):
+    for policy in _names(args.policies, "--policies", DEMO_POLICIES):
         print(f"\n=== {policy}: live 4-stage pipeline, injected {args.scenario} (throttle) ===", flush=True)
         log = out / f"{policy.split(':')[0]}.jsonl"
         config = RunConfig(**{**base.__dict__, "policy": policy, "log": str(log), "profile": str(out / "profile.json")})
@@ -263,13 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth, Gbit/s (default: infinite, no comm cost)")
     p.add_argument("--memory-gb", type=float, help="memory cap per stage, GB (default: none)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration, for memory (default 8)")
-    p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="schedule, for memory (default 1f1b)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="schedule, for memory (default 1f1b)")
     p.add_argument("--json", action="store_true", help="print {boundaries, stage_ms, bottleneck_ms} as JSON")
 
     p = add("simulate", cmd_simulate, "Simulate one training iteration of a partition under a schedule.")
     p.add_argument("--profile", required=True, help="profile JSON, or the name of a shipped profile")
     p.add_argument("--boundaries", required=True, help="first layer of each stage, e.g. 0,5,9,14")
-    p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule (default 1f1b)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration (default 8)")
     p.add_argument("--slowdown", help="slowdown factor per stage device, e.g. 1,1,2,1 (default all 1)")
     p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth, Gbit/s (default: infinite)")
@@ -283,20 +292,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="trace CSV to write")
     p = add("evaluate", cmd_evaluate, "Run policies on the same seeded simulated episodes of each scenario; "
             "write results.json, results.md and plots.")
-    p.add_argument("--policies", default="static,greedy,dynpipe,oracle",
-                   help="comma-separated: static, greedy, dynpipe, oracle, ppo, ppo:PATH (default: the four heuristics)")
-    p.add_argument("--scenarios", default="bursty,heavy,drift",
-                   help="comma-separated presets or trace:FILE.csv (default bursty,heavy,drift)")
+    p.add_argument("--policies", action="append",
+                   help="comma-separated: static, greedy, dynpipe, oracle, ppo, ppo:PATH; repeatable "
+                   f"(default {EVALUATE_POLICIES})")
+    p.add_argument("--scenarios", action="append",
+                   help=f"comma-separated presets or trace:FILE.csv; repeatable (default {EVALUATE_SCENARIOS})")
     p.add_argument("--episodes", type=int, default=5, help="episodes per policy and scenario (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes (default 0)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--profile", help="use this profile (JSON or shipped name) instead of drawing one")
     p.add_argument("--stages", type=int, help="use this stage count instead of drawing one")
-    p.add_argument("--duration-s", type=float, default=3600.0, help="simulated training time per episode, s (default 3600)")
+    p.add_argument("--duration-s", type=float, default=3600.0,
+                   help="simulated training time per episode, s (default 3600)")
     p = add("train", cmd_train, "Train a PPO agent offline on the simulated environment and export a deploy "
             "artifact (policy.pt + policy.json).")
     p.add_argument("--config", help="YAML hyper-parameters, rl-baselines3-zoo layout (e.g. configs/ppo.yml)")
-    p.add_argument("--scenarios", help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
+    p.add_argument("--scenarios", action="append",
+                   help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
@@ -309,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage transformer pipeline under "
             "injected interference, run once per policy, then a comparison table and plots (~5 minutes).")
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
-    p.add_argument("--policies", default="static,dynpipe,ppo", help="policies to compare (default static,dynpipe,ppo)")
+    p.add_argument("--policies", action="append", help=f"policies to compare (default {DEMO_POLICIES})")
     p.add_argument("--scenario", default="bursty", help="injected scenario (default bursty)")
     p.add_argument("--iterations", type=int, default=250, help="iterations per run (default 250)")
 

@@ -8,56 +8,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from rlpipe.agents import DecisionContext, Policy, make_policy
+from rlpipe.agents import make_policy
+from rlpipe.envs.evaluation import EpisodeResult, run_episode
 from rlpipe.envs.repartition import EnvConfig, RepartitionEnv
-
-SECONDS_PER_HOUR = 3600.0
-
-
-@dataclass
-class EpisodeResult:
-    """One policy on one episode."""
-
-    efficiency: float
-    iterations_per_s: float
-    repartitions_per_hour: float
-    stall_s_per_hour: float
-    timeline: dict[str, list] = field(default_factory=dict)
-
-
-def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, record: bool = False) -> EpisodeResult:
-    """Run ``policy`` for one episode of ``scenario`` seeded by ``seed``."""
-    observation, info = env.reset(seed=seed, options={"scenario": scenario})
-    policy.reset()
-    efficiencies: list[float] = []
-    timeline: dict[str, list] = {"time_s": [], "boundaries": [], "slowdown": [], "stage_compute_ms": [],
-                                 "efficiency": []}
-    done = False
-    while not done:
-        context = DecisionContext(env.encoder, env.boundaries, env.future())
-        decision = policy.act(observation, env.action_masks(), context)
-        if isinstance(decision, tuple):
-            observation, _, terminated, truncated, info = env.step_to(decision)
-        else:
-            observation, _, terminated, truncated, info = env.step(int(decision))
-        efficiencies.append(info["efficiency"])
-        done = terminated or truncated
-        if record:
-            timeline["time_s"].append(info["time_s"])
-            timeline["boundaries"].append(list(info["boundaries"]))
-            timeline["slowdown"].append(info["slowdown"].tolist())
-            timeline["stage_compute_ms"].append([s.compute_ms for s in env.encoder.latest.stages])
-            timeline["efficiency"].append(info["efficiency"])
-    hours = env.time_s / SECONDS_PER_HOUR
-    return EpisodeResult(float(np.mean(efficiencies)), env.iteration / env.time_s, env.repartitions / hours,
-                         env.stall_total_s / hours, timeline if record else {})
+from rlpipe.seeds import EPISODE_SEED_STRIDE
 
 
 def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 5, seed: int = 0,
@@ -80,7 +41,8 @@ def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 
             runs[name] = []
             for episode in range(episodes):
                 bar.set_postfix_str(f"{scenario} {name}")
-                runs[name].append(run_episode(env, loaded[name], seed * 100_003 + episode, scenario, record=episode == 0))
+                runs[name].append(run_episode(env, loaded[name], seed * EPISODE_SEED_STRIDE + episode, scenario,
+                                              record=episode == 0))
                 bar.update()
         static_speed = np.array([r.iterations_per_s for r in runs["static"]])
         table = {}
@@ -103,11 +65,13 @@ def to_markdown(results: dict[str, Any]) -> str:
     """The metrics as one Markdown table per scenario."""
     lines = []
     for scenario, table in results["scenarios"].items():
-        lines += [f"### {scenario}", "", "| policy | efficiency | ±95% | speedup vs static | repartitions/h | stall s/h |",
+        lines += [f"### {scenario}", "",
+                  "| policy | efficiency | ±95% | speedup vs static | repartitions/h | stall s/h |",
                   "|---|---|---|---|---|---|"]
         for name, m in table.items():
             lines.append(f"| {name} | {m['efficiency_mean']:.4f} | {m['efficiency_ci95']:.4f} | "
-                         f"{m['speedup_vs_static']:.3f} | {m['repartitions_per_hour']:.1f} | {m['stall_s_per_hour']:.1f} |")
+                         f"{m['speedup_vs_static']:.3f} | {m['repartitions_per_hour']:.1f} | "
+                         f"{m['stall_s_per_hour']:.1f} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from rlpipe.errors import InputError
 
-PRESETS = ("none", "light", "heavy", "bursty", "drift", "periodic", "jitter")
 MAX_COLOCATION_SLOWDOWN = 2.3
 
 Event = tuple[float, str, float]  # (time_s, "3" or "link:2", value)
@@ -53,7 +52,7 @@ class InterferenceTrace:
 
     @classmethod
     def from_events(cls, events: list[Event], num_devices: int, duration_s: float, name: str = "trace",
-                    source: str = "trace") -> "InterferenceTrace":
+                    source: str = "trace") -> InterferenceTrace:
         """Build from change events; ``source`` names the file in error messages."""
         if num_devices < 1:
             raise InputError(f"{source}: needs at least one device")
@@ -81,7 +80,7 @@ class InterferenceTrace:
         return cls(np.array(times), np.array(slows), np.array(links).reshape(len(times), -1),
                    float(max(duration_s, times[-1])), name)
 
-    def for_devices(self, num_devices: int) -> "InterferenceTrace":
+    def for_devices(self, num_devices: int) -> InterferenceTrace:
         """The same trace on a pipeline of ``num_devices`` stages: extra devices run undisturbed;
         a trace that slows a device the pipeline does not have is an error."""
         if num_devices == self.num_devices:
@@ -107,10 +106,19 @@ class InterferenceTrace:
         row = self.index_at(time_s)
         return self.slowdown[row], self.link_factor[row]
 
-    def next_change_after(self, time_s: float) -> float:
-        """The first change strictly after ``time_s`` (``inf`` if none)."""
-        row = self.index_at(time_s) + 1
-        return float(self.change_s[row]) if row < len(self.change_s) else math.inf
+    def span_at(self, time_s: float) -> tuple[int, float]:
+        """(row in force at ``time_s``, the time it ends: the next change, or ``inf`` if none)."""
+        row = self.index_at(time_s)
+        return row, float(self.change_s[row + 1]) if row + 1 < len(self.change_s) else math.inf
+
+    def segments(self, start_s: float, end_s: float) -> Iterator[tuple[int, float, float]]:
+        """The stretches of constant conditions that cover ``[start_s, end_s)``: (row, from, until)."""
+        time_s = start_s
+        while time_s < end_s - 1e-12:
+            row, until = self.span_at(time_s)
+            until = min(until, end_s)
+            yield row, time_s, until
+            time_s = until
 
     def to_events(self) -> list[Event]:
         """The change events that rebuild this trace (one row per changed device or link)."""
@@ -227,8 +235,82 @@ def _link_jitter(rng: np.random.Generator, num_devices: int, duration_s: float, 
     return events
 
 
+# Each preset draws, from a seeded generator, episodes on every device and change events on links.
+PresetDraw = tuple[list[list[Interval]], list[Event]]
+
+
+def _light(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Occasional co-location: about one episode per device every 15 minutes, ~1 minute long."""
+    per_device = [_episodes(rng, duration_s, 900.0, lambda: rng.lognormal(math.log(60.0), 1.0),
+                            lambda: colocation_slowdown(rng)) for _ in range(num_devices)]
+    return per_device, []
+
+
+def _heavy(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Frequent, long co-location, rare 3-4x stragglers for minutes, and link jitter."""
+    per_device = []
+    for _ in range(num_devices):
+        intervals = _episodes(rng, duration_s, 300.0, lambda: rng.lognormal(math.log(180.0), 1.0),
+                              lambda: colocation_slowdown(rng))
+        # Rare stragglers on top: the device 3-4x slower for minutes.
+        intervals += _episodes(rng, duration_s, 2400.0, lambda: rng.lognormal(math.log(300.0), 0.7),
+                               lambda: float(rng.uniform(3.0, 4.0)))
+        per_device.append(intervals)
+    return per_device, _link_jitter(rng, num_devices, duration_s, 900.0)
+
+
+def _bursty(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Co-location with Pareto durations (shape 1.1, minimum 5 s): median ~9 s, mean ~55 s, a few last
+    many minutes; some link jitter."""
+    per_device = [_episodes(rng, duration_s, 90.0, lambda: 5.0 * (1.0 + rng.pareto(1.1)),
+                            lambda: colocation_slowdown(rng)) for _ in range(num_devices)]
+    return per_device, _link_jitter(rng, num_devices, duration_s, 1200.0)
+
+
+def _drift(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """One device degrades in six equal steps to 2.2x by the end; the others see rare co-location."""
+    victim = int(rng.integers(num_devices))
+    per_device: list[list[Interval]] = []
+    for device in range(num_devices):
+        per_device.append([] if device == victim else _episodes(
+            rng, duration_s, 1800.0, lambda: rng.lognormal(math.log(60.0), 1.0), lambda: colocation_slowdown(rng)))
+    steps = 6
+    per_device[victim] += [(duration_s * step / (steps + 1), duration_s, 1.0 + step * 1.2 / steps)
+                           for step in range(1, steps + 1)]
+    return per_device, []
+
+
+def _periodic(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Every device 1.3-1.8x slower for a third of every 10 minutes, each at its own phase."""
+    period_s, per_device = 600.0, []
+    for _ in range(num_devices):
+        phase, magnitude = rng.uniform(0, period_s), float(rng.uniform(1.3, 1.8))
+        starts = np.arange(phase - period_s, duration_s, period_s)
+        per_device.append([(max(s, 0.0), min(s + period_s / 3, duration_s), magnitude)
+                           for s in starts if s + period_s / 3 > 0])
+    return per_device, []
+
+
+def _jitter(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Links only: frequent drops to 20-80% of their bandwidth."""
+    return [[] for _ in range(num_devices)], _link_jitter(rng, num_devices, duration_s, 120.0)
+
+
+PRESET_GENERATORS: dict[str, Callable[[np.random.Generator, int, float], PresetDraw]] = {
+    "none": lambda rng, num_devices, duration_s: ([[] for _ in range(num_devices)], []),
+    "light": _light,
+    "heavy": _heavy,
+    "bursty": _bursty,
+    "drift": _drift,
+    "periodic": _periodic,
+    "jitter": _jitter,
+}
+"""Every preset by name. A preset's position seeds its generator: append new ones at the end."""
+PRESETS = tuple(PRESET_GENERATORS)
+
+
 def generate_scenario(name: str, num_devices: int, duration_s: float = 3600.0, seed: int = 0) -> InterferenceTrace:
-    """A seeded preset: ``none``, ``light``, ``heavy``, ``bursty``, ``drift``, ``periodic`` or ``jitter``."""
+    """A seeded preset from :data:`PRESETS`."""
     if name not in PRESETS:
         check_scenario(name)  # says what is wrong with the name
     if num_devices < 1:
@@ -236,41 +318,7 @@ def generate_scenario(name: str, num_devices: int, duration_s: float = 3600.0, s
     if not (math.isfinite(duration_s) and duration_s > 0):
         raise InputError(f"--duration-s: must be a finite number > 0, got {duration_s}")
     rng = np.random.default_rng([seed, PRESETS.index(name)])
-    colocation = lambda: colocation_slowdown(rng)  # noqa: E731
-    per_device: list[list[Interval]] = [[] for _ in range(num_devices)]
-    link_events: list[Event] = []
-    if name == "light":
-        for intervals in per_device:
-            intervals += _episodes(rng, duration_s, 900.0, lambda: rng.lognormal(math.log(60.0), 1.0), colocation)
-    elif name == "heavy":
-        for intervals in per_device:
-            intervals += _episodes(rng, duration_s, 300.0, lambda: rng.lognormal(math.log(180.0), 1.0), colocation)
-            # Rare stragglers on top: the device 3-4x slower for minutes.
-            intervals += _episodes(rng, duration_s, 2400.0, lambda: rng.lognormal(math.log(300.0), 0.7),
-                                   lambda: float(rng.uniform(3.0, 4.0)))
-        link_events = _link_jitter(rng, num_devices, duration_s, 900.0)
-    elif name == "bursty":
-        for intervals in per_device:
-            # Pareto durations (shape 1.1, minimum 5 s): median ~9 s, mean ~55 s, a few last many minutes.
-            intervals += _episodes(rng, duration_s, 90.0, lambda: 5.0 * (1.0 + rng.pareto(1.1)), colocation)
-        link_events = _link_jitter(rng, num_devices, duration_s, 1200.0)
-    elif name == "drift":
-        victim = int(rng.integers(num_devices))
-        for device, intervals in enumerate(per_device):
-            if device != victim:
-                intervals += _episodes(rng, duration_s, 1800.0, lambda: rng.lognormal(math.log(60.0), 1.0), colocation)
-        steps = 6  # the victim degrades in equal steps to 2.2x by the end
-        per_device[victim] += [(duration_s * step / (steps + 1), duration_s, 1.0 + step * 1.2 / steps)
-                               for step in range(1, steps + 1)]
-    elif name == "periodic":
-        period_s = 600.0
-        for intervals in per_device:
-            phase, magnitude = rng.uniform(0, period_s), float(rng.uniform(1.3, 1.8))
-            starts = np.arange(phase - period_s, duration_s, period_s)
-            intervals += [(max(s, 0.0), min(s + period_s / 3, duration_s), magnitude)
-                          for s in starts if s + period_s / 3 > 0]
-    elif name == "jitter":
-        link_events = _link_jitter(rng, num_devices, duration_s, 120.0)
+    per_device, link_events = PRESET_GENERATORS[name](rng, num_devices, duration_s)
     events = [e for device, intervals in enumerate(per_device) for e in _to_events(intervals, str(device), max)]
     events = [e for e in events + link_events if e[0] < duration_s]  # episodes cut off by the end
     return InterferenceTrace.from_events(events, num_devices, duration_s, name=name)

@@ -14,8 +14,9 @@ A user passes it as ``pkg.module:factory``. The built-ins take a layer count and
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -27,11 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlpipe.partition import link_transfer_ms
+from rlpipe.partition import link_transfer_ms, stage_edges
 from rlpipe.planning import Planner, StatsError
 from rlpipe.stats import IntervalStats
 
 OBSERVATION_VERSION = 1
+DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
+DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
+OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION_CLIP]
 STAGE_FEATURES = 7
 GLOBAL_FEATURES = 7
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load
@@ -75,7 +78,7 @@ class ObservationEncoder:
         history: intervals of device load the observation carries (the current one included).
     """
 
-    def __init__(self, planner: Planner, s_max: int = 8, history: int = 4):
+    def __init__(self, planner: Planner, s_max: int = DEFAULT_S_MAX, history: int = DEFAULT_HISTORY):
         if planner.num_stages > s_max:
             raise StatsError(f"{planner.num_stages} stages do not fit an observation for at most {s_max}")
         self.planner = planner
@@ -143,16 +146,17 @@ class ObservationEncoder:
         predicted_now = planner.predict_iteration_ms(current, slowdown)
         predicted_replan = (predicted_now if self.replan_boundaries == current
                             else planner.predict_iteration_ms(self.replan_boundaries, slowdown))
+        replan_stall_s = planner.stall_s(current, self.replan_boundaries) if self.replan_boundaries != current else 0.0
         observation[-GLOBAL_FEATURES:] = (
             math.log1p(self.intervals_since_repartition) / LOG_INTERVALS,
             predicted_now / predicted_replan - 1.0,
-            (planner.stall_s(current, self.replan_boundaries) if self.replan_boundaries != current else 0.0) / interval_s,
+            replan_stall_s / interval_s,
             planner.ideal_iteration_ms / iteration_ms,
             num_stages / self.s_max,
             stats.stall_s / interval_s,
             self._one_layer_stall_s / interval_s,
         )
-        return np.minimum(np.maximum(observation, -10.0), 10.0).astype(np.float32)
+        return np.minimum(np.maximum(observation, -OBSERVATION_CLIP), OBSERVATION_CLIP).astype(np.float32)
 
     def _estimate(self, load: np.ndarray) -> np.ndarray:
         """Each device's slowdown: the mean of its recent loads back to the last change (a load more
@@ -176,7 +180,7 @@ class ObservationEncoder:
         mask = np.zeros(self.layout.num_actions, dtype=bool)
         mask[KEEP] = True
         mask[REPLAN] = tuple(self.replan_boundaries) != tuple(boundaries)
-        edges = list(boundaries) + [self.planner.num_layers]
+        edges = stage_edges(boundaries, self.planner.num_layers).tolist()
         for boundary in range(1, len(boundaries)):
             for delta in (-1, +1):
                 moved = edges[boundary] + delta

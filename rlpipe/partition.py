@@ -13,16 +13,29 @@ micro-batches in flight (1F1B: ``min(M, S - stage)``; GPipe: ``M``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from numba import njit
+from numpy.typing import ArrayLike
 
 from rlpipe.errors import InputError
 from rlpipe.profile import LayerProfile
 
 SCHEDULES = ("1f1b", "gpipe")
+"""The pipeline schedules rlpipe simulates and runs (names as ``torch.distributed.pipelining``'s
+``get_schedule_class`` takes them); adding one here is adding it everywhere."""
+
+
+def stage_edges(boundaries: Sequence[int], num_layers: int) -> np.ndarray:
+    """The boundaries followed by ``num_layers``: stage s holds layers ``[edges[s], edges[s + 1])``."""
+    return np.array((*boundaries, num_layers), dtype=np.int64)
+
+
+def stage_of_layer(boundaries: Sequence[int], num_layers: int) -> np.ndarray:
+    """Stage index of every layer."""
+    return np.searchsorted(np.asarray(boundaries), np.arange(num_layers), side="right") - 1
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,7 @@ class Partition:
                              f"but the model has only {self.num_layers} layers")
 
     @classmethod
-    def parse(cls, text: str, num_layers: int) -> "Partition":
+    def parse(cls, text: str, num_layers: int) -> Partition:
         """Read ``"0,5,9,14"``; errors name the argument."""
         try:
             boundaries = tuple(int(part) for part in text.split(","))
@@ -52,7 +65,7 @@ class Partition:
         return cls(boundaries, num_layers)
 
     @classmethod
-    def even(cls, num_layers: int, num_stages: int) -> "Partition":
+    def even(cls, num_layers: int, num_stages: int) -> Partition:
         """Equal layer counts per stage (the first stages take the remainder)."""
         if num_stages > num_layers:
             raise InputError(f"{num_stages} stages need at least {num_stages} layers, the model has {num_layers}")
@@ -65,15 +78,15 @@ class Partition:
 
     def stage_ranges(self) -> list[tuple[int, int]]:
         """``(first, end)`` layer range of each stage, end exclusive."""
-        ends = list(self.boundaries[1:]) + [self.num_layers]
-        return list(zip(self.boundaries, ends))
+        edges = stage_edges(self.boundaries, self.num_layers).tolist()
+        return list(zip(edges[:-1], edges[1:]))
 
     def stage_sizes(self) -> list[int]:
         return [end - start for start, end in self.stage_ranges()]
 
     def stage_of_layer(self) -> np.ndarray:
         """Stage index of every layer."""
-        return np.searchsorted(np.asarray(self.boundaries), np.arange(self.num_layers), side="right") - 1
+        return stage_of_layer(self.boundaries, self.num_layers)
 
     def can_move(self, boundary: int, delta: int) -> bool:
         """Whether boundary ``boundary`` (1..S-1) can shift by ``delta`` (+1 or -1) keeping stages non-empty."""
@@ -84,7 +97,7 @@ class Partition:
         high = self.boundaries[boundary + 1] if boundary + 1 < self.num_stages else self.num_layers
         return low < new < high
 
-    def move(self, boundary: int, delta: int) -> "Partition":
+    def move(self, boundary: int, delta: int) -> Partition:
         """Shift one boundary by one layer: +1 gives the layer at the boundary to the stage before it,
         -1 gives the last layer of the stage before to the stage after."""
         if not self.can_move(boundary, delta):
@@ -93,7 +106,7 @@ class Partition:
         b[boundary] += delta
         return Partition(tuple(b), self.num_layers)
 
-    def moved_layers(self, new: "Partition") -> list[tuple[int, int, int]]:
+    def moved_layers(self, new: Partition) -> list[tuple[int, int, int]]:
         """``(layer, old_stage, new_stage)`` for every layer that changes stage going to ``new``."""
         if new.num_layers != self.num_layers or new.num_stages != self.num_stages:
             raise InputError("partitions differ in layer or stage count")
@@ -107,7 +120,7 @@ def link_transfer_ms(num_bytes: np.ndarray | float, bandwidth_gbps: np.ndarray |
     return np.asarray(num_bytes, dtype=np.float64) * 8e-6 / np.asarray(bandwidth_gbps, dtype=np.float64)
 
 
-def link_bandwidths(num_stages: int, bandwidth_gbps: float, link_factors: Sequence[float] | None) -> np.ndarray:
+def link_bandwidths(num_stages: int, bandwidth_gbps: float, link_factors: ArrayLike | None) -> np.ndarray:
     """Bandwidth of each of the ``num_stages - 1`` links, in Gbit/s (``inf``: free communication)."""
     factors = np.ones(num_stages - 1) if link_factors is None else np.asarray(link_factors, dtype=np.float64)
     return bandwidth_gbps * factors

@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numba import njit
 
-from rlpipe.partition import Partition, bottleneck_dp, inflight_microbatches, link_transfer_ms
+from rlpipe.partition import Partition, bottleneck_dp, inflight_microbatches, link_transfer_ms, stage_edges
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import MigrationCost, PipelineCosts
 
@@ -90,7 +90,7 @@ class Planner:
 
     def stage_ms(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> np.ndarray:
         """Each stage's time per micro-batch (the partitioner's cost model), ms."""
-        edges = np.array((*boundaries, self.num_layers))
+        edges = stage_edges(boundaries, self.num_layers)
         times = np.diff(self._prefix_compute[edges]) * slowdown
         times[:-1] += self._roundtrip_ms[edges[1:-1] - 1]
         return times
@@ -113,9 +113,9 @@ class Planner:
     def fits_memory(self, boundaries: tuple[int, ...]) -> bool:
         if self.memory_cap_bytes is None:
             return True
-        edges = np.append(np.asarray(boundaries), self.num_layers)
-        state = np.add.reduceat(self.costs.state_bytes, edges[:-1])
-        activation = np.add.reduceat(self.costs.activation_bytes, edges[:-1])
+        firsts = np.asarray(boundaries)
+        state = np.add.reduceat(self.costs.state_bytes, firsts)
+        activation = np.add.reduceat(self.costs.activation_bytes, firsts)
         return bool(np.all(state + self._inflight * activation <= self.memory_cap_bytes))
 
     def partition(self, boundaries: tuple[int, ...]) -> Partition:

@@ -16,10 +16,11 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class LayerProfile:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "profile") -> "LayerProfile":
+    def from_dict(cls, data: Any, source: str = "profile") -> LayerProfile:
         """Validate and build a profile; every problem is an :class:`InputError` naming the field."""
         if not isinstance(data, dict):
             raise InputError(f"{source}: expected a JSON object with 'name', 'microbatch_size', 'layers'")
@@ -105,7 +106,7 @@ class LayerProfile:
         return cls(name=str(data["name"]), microbatch_size=int(microbatch_size), layers=tuple(layers))
 
     @classmethod
-    def load(cls, path: str | Path) -> "LayerProfile":
+    def load(cls, path: str | Path) -> LayerProfile:
         path = Path(path)
         try:
             data = json.loads(path.read_text())

@@ -10,6 +10,8 @@ import numpy as np
 
 from rlpipe.errors import InputError
 
+REQUIRED_FIELDS = ("iteration", "wall_s", "boundaries", "throughput_samples_s", "stages")
+
 
 def load_run(path: str | Path) -> list[dict[str, Any]]:
     """The records of one run log; a malformed line is an error naming the file and line."""
@@ -26,7 +28,7 @@ def load_run(path: str | Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise InputError(f"{path}: line {number}: not JSON ({err.msg})") from None
-        missing = [k for k in ("iteration", "wall_s", "boundaries", "throughput_samples_s", "stages") if k not in record]
+        missing = [k for k in REQUIRED_FIELDS if k not in record]
         if missing:
             raise InputError(f"{path}: line {number}: missing field(s) {', '.join(missing)}")
         records.append(record)
@@ -38,7 +40,8 @@ def load_run(path: str | Path) -> list[dict[str, Any]]:
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean throughput (samples/s over the whole run, stalls included), repartitions, stall, fallbacks,
     median decision latency."""
-    repartitions = [r for rec in records for r in rec.get("repartitions", [rec["repartition"]] if "repartition" in rec else [])]
+    repartitions = [r for rec in records
+                    for r in rec.get("repartitions", [rec["repartition"]] if "repartition" in rec else [])]
     committed = [r for r in repartitions if r.get("committed", True)]
     interval_s = np.array([rec.get("interval_s", 0.0) for rec in records])
     samples = np.array([rec["throughput_samples_s"] * rec.get("interval_s", 0.0) for rec in records])

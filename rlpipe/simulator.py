@@ -13,15 +13,17 @@ that had already been produced) and ``idle_ms`` (the rest of the iteration: pipe
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from numba import njit
+from numpy.typing import ArrayLike
 
 from rlpipe.errors import InputError
-from rlpipe.partition import SCHEDULES, Partition, link_bandwidths, link_transfer_ms
+from rlpipe.partition import SCHEDULES, Partition, link_bandwidths, link_transfer_ms, stage_edges, stage_of_layer
 from rlpipe.profile import LayerProfile
 
 
@@ -63,7 +65,10 @@ def _operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple
     orders = [stage_order(num_stages, microbatches, schedule, s) for s in range(num_stages)]
     position = [0] * num_stages
     index_of: dict[tuple[int, bool, int], int] = {}
-    stage, backward, producer, link = [], [], [], []
+    stage: list[int] = []
+    backward: list[bool] = []
+    producer: list[int] = []
+    link: list[int] = []
     remaining = sum(len(order) for order in orders)
     while remaining:
         progressed = False
@@ -129,7 +134,7 @@ def simulate_schedule(fwd_ms: np.ndarray, bwd_ms: np.ndarray, link_ms: np.ndarra
         raise InputError(f"--microbatches: must be >= 1, got {microbatches}")
     graph = _operation_graph(len(fwd_ms), microbatches, schedule)
     links = np.zeros(1) if len(link_ms) == 0 else np.asarray(link_ms, dtype=np.float64)
-    iteration, compute, comm, idle = _simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),
+    iteration, compute, comm, idle = _simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),  # type: ignore[call-arg]
                                                       np.asarray(bwd_ms, dtype=np.float64), links)
     return IterationTiming(float(iteration), compute, comm, np.maximum(idle, 0.0))
 
@@ -148,11 +153,11 @@ class PipelineCosts:
 
     def stage_fwd_bwd_ms(self, boundaries: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Interference-free forward and backward ms per micro-batch of each stage."""
-        edges = np.append(np.asarray(boundaries), self.num_layers)
+        edges = stage_edges(boundaries, self.num_layers)
         return np.diff(self._prefix_fwd[edges]), np.diff(self._prefix_bwd[edges])
 
     def link_ms(self, boundaries: Sequence[int], bandwidth_gbps: float,
-                link_factors: Sequence[float] | None = None) -> np.ndarray:
+                link_factors: ArrayLike | None = None) -> np.ndarray:
         """One-way transfer ms per micro-batch on each link (the activation leaving each stage)."""
         num_stages = len(boundaries)
         last_layers = np.asarray(boundaries[1:], dtype=np.int64) - 1
@@ -160,8 +165,8 @@ class PipelineCosts:
         return np.asarray(link_transfer_ms(self.activation_bytes[last_layers], links), dtype=np.float64)
 
     def simulate(self, boundaries: Sequence[int], schedule: str, microbatches: int,
-                 slowdown: Sequence[float] | None = None, bandwidth_gbps: float = math.inf,
-                 link_factors: Sequence[float] | None = None) -> IterationTiming:
+                 slowdown: ArrayLike | None = None, bandwidth_gbps: float = math.inf,
+                 link_factors: ArrayLike | None = None) -> IterationTiming:
         key = (tuple(boundaries), bandwidth_gbps)
         cached = self._stage_cache.get(key)
         if cached is None:  # per-partition costs are reused across the many conditions a partition meets
@@ -179,16 +184,17 @@ class PipelineCosts:
 
 
 def simulate(profile: LayerProfile, partition: Partition, schedule: str = "1f1b", microbatches: int = 8,
-             slowdown: Sequence[float] | None = None, bandwidth_gbps: float = math.inf,
-             link_factors: Sequence[float] | None = None) -> IterationTiming:
+             slowdown: ArrayLike | None = None, bandwidth_gbps: float = math.inf,
+             link_factors: ArrayLike | None = None) -> IterationTiming:
     """One iteration of ``partition`` under ``schedule`` with per-device ``slowdown`` factors (>= 1)."""
+    factors = None
     if slowdown is not None:
-        slowdown = np.asarray(slowdown, dtype=np.float64)
-        if slowdown.shape != (partition.num_stages,):
-            raise InputError(f"--slowdown: expected {partition.num_stages} values (one per stage), got {slowdown.size}")
-        if not np.all(np.isfinite(slowdown)) or np.any(slowdown <= 0):
-            raise InputError(f"--slowdown: every factor must be a finite number > 0, got {slowdown.tolist()}")
-    return PipelineCosts(profile).simulate(partition.boundaries, schedule, microbatches, slowdown,
+        factors = np.asarray(slowdown, dtype=np.float64)
+        if factors.shape != (partition.num_stages,):
+            raise InputError(f"--slowdown: expected {partition.num_stages} values (one per stage), got {factors.size}")
+        if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise InputError(f"--slowdown: every factor must be a finite number > 0, got {factors.tolist()}")
+    return PipelineCosts(profile).simulate(partition.boundaries, schedule, microbatches, factors,
                                            bandwidth_gbps, link_factors)
 
 
@@ -206,9 +212,9 @@ class MigrationCost:
 
     def bytes_moved(self, state_bytes: np.ndarray, old: Sequence[int], new: Sequence[int]) -> float:
         """Parameter + optimizer bytes of the layers that change stage between two boundary lists."""
-        sizes = np.diff(np.append(old, len(state_bytes))), np.diff(np.append(new, len(state_bytes)))
-        old_stage, new_stage = (np.repeat(np.arange(len(s)), s) for s in sizes)
-        return float(state_bytes[old_stage != new_stage].sum())
+        num_layers = len(state_bytes)
+        moved = stage_of_layer(old, num_layers) != stage_of_layer(new, num_layers)
+        return float(state_bytes[moved].sum())
 
     def stall_s(self, state_bytes: np.ndarray, old: Sequence[int], new: Sequence[int]) -> float:
         """Seconds training stops to go from ``old`` to ``new`` boundaries (0 when they are equal)."""

@@ -47,7 +47,8 @@ def test_profile_a_user_model_and_partition_it(tmp_path):
 
 def test_scenario_writes_a_replayable_trace(tmp_path):
     out = tmp_path / "trace.csv"
-    result = rlpipe("scenario", "--name", "heavy", "--devices", "4", "--duration-s", "600", "--seed", "1", "-o", str(out))
+    result = rlpipe("scenario", "--name", "heavy", "--devices", "4", "--duration-s", "600", "--seed", "1",
+                    "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert out.read_text().startswith("time_s,device,slowdown\n")
 

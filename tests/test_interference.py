@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 
 from rlpipe.errors import InputError
-from rlpipe.interference import (PRESETS, colocation_slowdown, generate_scenario, load_scenario,
-                                 load_trace_csv)
+from rlpipe.interference import PRESETS, colocation_slowdown, generate_scenario, load_scenario, load_trace_csv
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -11,8 +11,8 @@ def stats_for(planner: Planner, boundaries, load, stall_s=0.0) -> IntervalStats:
     """Statistics of an interval in which each device ran ``load`` times slower than profiled."""
     edges = list(boundaries) + [planner.num_layers]
     compute = planner.profile.compute_ms()
-    stages = tuple(StageStats(float(compute[a:b].sum() * l), 0.1, 1.0, b - a, 1e6, float(l))
-                   for a, b, l in zip(edges, edges[1:], load))
+    stages = tuple(StageStats(float(compute[a:b].sum() * stage_load), 0.1, 1.0, b - a, 1e6, float(stage_load))
+                   for a, b, stage_load in zip(edges, edges[1:], load))
     return IntervalStats(50, 50, 10.0 + stall_s, stall_s, tuple(boundaries), stages)
 
 

@@ -3,12 +3,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_profile
 from rlpipe.errors import InputError
-from rlpipe.partition import (Partition, optimal_partition, stage_memory_bytes, stage_times_ms)
+from rlpipe.partition import Partition, optimal_partition, stage_memory_bytes, stage_times_ms
 
 
 def test_partition_invariants_are_enforced():

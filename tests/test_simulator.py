@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
+from conftest import make_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_profile
 from rlpipe.errors import InputError
 from rlpipe.partition import Partition
 from rlpipe.simulator import MigrationCost, simulate, simulate_schedule

@@ -1,27 +1,36 @@
-"""Decision-makers: the Policy protocol, heuristic policies, and (in ppo.py) the learned one."""
+"""Decision-makers: heuristic policies, the learned one (deployed.py; trained in ppo.py), and
+:func:`make_policy`, which builds any of them from its name."""
 
 from __future__ import annotations
 
-from rlpipe.agents.base import DecisionContext, Policy
 from rlpipe.agents.heuristics import DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy
+from rlpipe.decision import DecisionContext, Policy
 from rlpipe.errors import InputError
 
 HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "oracle": OraclePolicy}
 
 
-def make_policy(spec: str, strict: bool = True) -> Policy:
+def make_policy(spec: str, strict: bool = True, live: bool = False) -> Policy:
     """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``oracle``, ``ppo`` or ``ppo:PATH``.
 
-    ``strict=False`` lets a PPO artifact that does not load fall back to dynpipe instead of raising.
+    Args:
+        spec: the name, as ``--policy`` takes it.
+        strict: ``False`` lets a PPO artifact that does not load fall back to dynpipe instead of raising.
+        live: the policy will drive a live pipeline: a simulation-only policy is refused.
     """
     name, _, path = spec.partition(":")
+    policy: Policy
     if name in HEURISTICS and not path:
-        return HEURISTICS[name]()
-    if name == "ppo":
-        from rlpipe.agents.ppo import load_deployed_policy
+        policy = HEURISTICS[name]()
+    elif name == "ppo":
+        from rlpipe.agents.deployed import load_deployed_policy
 
-        return load_deployed_policy(path or None, strict=strict)
-    raise InputError(f"policy '{spec}': unknown (choose from {', '.join(HEURISTICS)}, ppo, ppo:PATH)")
+        policy = load_deployed_policy(path or None, strict=strict)
+    else:
+        raise InputError(f"policy '{spec}': unknown (choose from {', '.join(HEURISTICS)}, ppo, ppo:PATH)")
+    if live and not policy.live:
+        raise InputError(f"--policy {spec}: the {name} needs the simulator's future and runs in simulation only")
+    return policy
 
 
 __all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "OraclePolicy",

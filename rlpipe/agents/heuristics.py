@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlpipe.agents.base import DecisionContext
+from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.observation import KEEP, REPLAN
 
 
 @dataclass
-class StaticPolicy:
+class StaticPolicy(PolicyBase):
     """Never repartitions."""
 
     name: str = "static"
@@ -30,7 +30,7 @@ class StaticPolicy:
 
 
 @dataclass
-class GreedyPolicy:
+class GreedyPolicy(PolicyBase):
     """Move one layer off the slowest stage toward its faster neighbour.
 
     Args:
@@ -87,7 +87,7 @@ class GreedyPolicy:
 
 
 @dataclass
-class DynPipePolicy:
+class DynPipePolicy(PolicyBase):
     """DynPipe (TPDS 2025): when a stage's compute time drifts past a ratio of its baseline, re-plan
     to the partition that minimises the pipeline time for the estimated slowdowns.
 
@@ -126,7 +126,7 @@ class DynPipePolicy:
 
 
 @dataclass
-class OraclePolicy:
+class OraclePolicy(PolicyBase):
     """Clairvoyant (simulation only): plans the next ``horizon_s`` seconds of the true future.
 
     The horizon is cut into decision epochs as long as the last interval (at most ``max_epochs``
@@ -141,6 +141,7 @@ class OraclePolicy:
     max_candidates: int = 8
     max_epochs: int = 40  # longer epochs than an interval when intervals are short: bounded planning cost
     name: str = "oracle"
+    live: bool = field(default=False, init=False)
 
     def reset(self) -> None:
         pass
@@ -151,7 +152,9 @@ class OraclePolicy:
             raise RuntimeError("the oracle policy needs the simulator's future (it cannot run live)")
         current = tuple(context.boundaries)
         candidates = [current] + [c for c in future.candidates(self.horizon_s, self.max_candidates) if c != current]
-        epoch_s = max(context.encoder.latest.wall_s - context.encoder.latest.stall_s, self.horizon_s / self.max_epochs)
+        latest = context.encoder.latest
+        assert latest is not None  # a decision always follows an observed interval
+        epoch_s = max(latest.wall_s - latest.stall_s, self.horizon_s / self.max_epochs)
         end_s = min(future.now_s + self.horizon_s, future.end_s)
         starts = np.arange(future.now_s, end_s, epoch_s)
         starts = starts[starts < end_s - 1e-6]  # no zero-length last epoch

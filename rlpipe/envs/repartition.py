@@ -24,8 +24,8 @@ import numpy as np
 
 from rlpipe.errors import InputError
 from rlpipe.interference import InterferenceTrace, load_scenario
-from rlpipe.observation import ObservationEncoder
-from rlpipe.partition import optimal_boundaries, inflight_microbatches
+from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, OBSERVATION_CLIP, ActionLayout, ObservationEncoder
+from rlpipe.partition import inflight_microbatches, optimal_boundaries, stage_edges
 from rlpipe.planning import Planner
 from rlpipe.profile import LayerProfile, load_profile
 from rlpipe.simulator import IterationTiming, MigrationCost
@@ -58,7 +58,7 @@ class EnvConfig:
     profile: LayerProfile | None = None
     min_stages: int = 2
     max_stages: int = 8
-    s_max: int = 8
+    s_max: int = DEFAULT_S_MAX
     microbatches: tuple[int, ...] = (8, 16, 32)
     schedules: tuple[str, ...] = ("1f1b", "gpipe")
     scenarios: tuple[str, ...] = ("none", "light", "heavy", "bursty", "drift", "periodic")
@@ -68,10 +68,10 @@ class EnvConfig:
     bandwidth_gbps: tuple[float, ...] = (math.inf, 10.0)
     migration_overhead_s: tuple[float, float] = (0.5, 0.5)
     migration_bandwidth_gbps: float = 10.0
-    history: int = 4
+    history: int = DEFAULT_HISTORY
     invalid_action_penalty: float = 0.1
 
-    def validate(self) -> "EnvConfig":
+    def validate(self) -> EnvConfig:
         if not 1 <= self.min_stages <= self.max_stages:
             raise InputError(f"stages: need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}")
         if self.max_stages > self.s_max:
@@ -108,8 +108,8 @@ class RepartitionEnv(gym.Env):
             raise InputError(f"RepartitionEnv: unknown option(s) {', '.join(sorted(unknown))}")
         self.config = replace(config or EnvConfig(), **overrides).validate()
         size = ObservationEncoder.size_for(self.config.s_max, self.config.history)
-        self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(size,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(2 + 2 * (self.config.s_max - 1))
+        self.observation_space = gym.spaces.Box(-OBSERVATION_CLIP, OBSERVATION_CLIP, shape=(size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(ActionLayout(self.config.s_max).num_actions)
         self._profiles: dict[str, LayerProfile] = {}
 
     # --- episode set-up -----------------------------------------------------------------------
@@ -188,16 +188,18 @@ class RepartitionEnv(gym.Env):
 
     # --- the simulated pipeline ---------------------------------------------------------------
 
-    def _timing(self, boundaries: tuple[int, ...], row: int) -> IterationTiming:
+    def timing(self, boundaries: tuple[int, ...], row: int) -> IterationTiming:
+        """One iteration of ``boundaries`` under the true conditions of trace row ``row`` (cached)."""
         key = (boundaries, row)
         timing = self._timing_cache.get(key)
         if timing is None:
             s = self.situation
             timing = self._timing_cache[key] = self.planner.costs.simulate(
-                boundaries, s.schedule, s.microbatches, s.trace.slowdown[row], s.bandwidth_gbps, s.trace.link_factor[row])
+                boundaries, s.schedule, s.microbatches, s.trace.slowdown[row], s.bandwidth_gbps,
+                s.trace.link_factor[row])
         return timing
 
-    def _best(self, row: int) -> tuple[tuple[int, ...], float]:
+    def best_partition(self, row: int) -> tuple[tuple[int, ...], float]:
         """The best partition for the true conditions of trace row ``row`` and its iteration time, ms
         (the bottleneck-optimal partition, or the interference-free one if that simulates faster)."""
         best = self._best_cache.get(row)
@@ -206,40 +208,34 @@ class RepartitionEnv(gym.Env):
             optimal, _ = optimal_boundaries(planner.profile.compute_ms(), planner.costs.activation_bytes,
                                             planner.costs.state_bytes, 1.0 / s.trace.slowdown[row],
                                             s.bandwidth_gbps * s.trace.link_factor[row])
-            candidates = [(self._timing(b, row).iteration_ms, b) for b in (optimal, planner.ideal_boundaries)]
+            candidates = [(self.timing(b, row).iteration_ms, b) for b in (optimal, planner.ideal_boundaries)]
             iteration_ms, boundaries = min(candidates)
             best = self._best_cache[row] = (boundaries, iteration_ms)
         return best
 
-    def best_iteration_ms(self, row: int) -> float:
-        return self._best(row)[1]
-
-    def future(self) -> "FutureView":
+    def future(self) -> FutureView:
         """The true future, for simulation-only policies."""
         return FutureView(self)
 
     def _ideal_iterations(self, start_s: float, end_s: float) -> float:
         """Iterations the best partition for the true conditions would run in [start_s, end_s)."""
-        trace, total, time_s = self.situation.trace, 0.0, start_s
-        while time_s < end_s - 1e-12:
-            row = trace.index_at(time_s)
-            until = min(end_s, trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf)
+        total = 0.0
+        for row, since, until in self.situation.trace.segments(start_s, end_s):
             # The partition in use counts as a candidate too, so that the reference is never beaten.
-            best_ms = min(self.best_iteration_ms(row), self._timing(self.boundaries, row).iteration_ms)
-            total += (until - time_s) * 1e3 / best_ms
-            time_s = until
+            best_ms = min(self.best_partition(row)[1], self.timing(self.boundaries, row).iteration_ms)
+            total += (until - since) * 1e3 / best_ms
         return max(total, 1e-12)
 
     def _partition_constants(self, boundaries: tuple[int, ...]) -> tuple[list[int], list[float], np.ndarray]:
         """Per stage of a partition: layer count, memory in bytes, profiled compute in ms (cached)."""
         constants = self._constants_cache.get(boundaries)
         if constants is None:
-            edges = np.asarray(boundaries)
-            memory = (np.add.reduceat(self._state_bytes, edges)
-                      + self._memory_inflight * np.add.reduceat(self.planner.costs.activation_bytes, edges))
+            firsts = np.asarray(boundaries)
+            memory = (np.add.reduceat(self._state_bytes, firsts)
+                      + self._memory_inflight * np.add.reduceat(self.planner.costs.activation_bytes, firsts))
             constants = self._constants_cache[boundaries] = (
-                np.diff(np.append(edges, self.planner.num_layers)).tolist(), memory.tolist(),
-                np.add.reduceat(self._ideal_compute, edges))
+                np.diff(stage_edges(boundaries, self.planner.num_layers)).tolist(), memory.tolist(),
+                np.add.reduceat(self._ideal_compute, firsts))
         return constants
 
     def _run_interval(self, stall_s: float) -> tuple[IntervalStats, float]:
@@ -249,9 +245,8 @@ class RepartitionEnv(gym.Env):
         time_s, done = start_s + stall_s, 0.0
         weighted = np.zeros((3, s.num_stages))  # compute per micro-batch, comm, idle; iteration-weighted
         while done < k - 1e-9:
-            row = trace.index_at(time_s)
-            timing = self._timing(self.boundaries, row)
-            until = trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf
+            row, until = trace.span_at(time_s)
+            timing = self.timing(self.boundaries, row)
             take = min(k - done, (until - time_s) * 1e3 / timing.iteration_ms)
             take = max(take, min(k - done, 1e-6))  # never stall on a change that falls exactly now
             weighted[0] += take / s.microbatches * timing.compute_ms
@@ -283,7 +278,7 @@ class FutureView:
         first, last = trace.index_at(now), trace.index_at(now + horizon_s)
         found: list[tuple[int, ...]] = []
         for row in range(first, min(last, first + limit - 1) + 1):
-            boundaries = self.env._best(row)[0]
+            boundaries = self.env.best_partition(row)[0]
             if boundaries not in found:
                 found.append(boundaries)
         return found
@@ -301,11 +296,5 @@ class FutureView:
 
     def iterations_between(self, boundaries: tuple[int, ...], start_s: float, end_s: float) -> float:
         """Iterations ``boundaries`` would run from ``start_s`` to ``end_s`` under the true conditions."""
-        env, trace = self.env, self.env.situation.trace
-        time_s, total = start_s, 0.0
-        while time_s < end_s:
-            row = trace.index_at(time_s)
-            until = min(end_s, trace.change_s[row + 1] if row + 1 < len(trace.change_s) else math.inf)
-            total += (until - time_s) * 1e3 / env._timing(tuple(boundaries), row).iteration_ms
-            time_s = until
-        return total
+        return sum((until - since) * 1e3 / self.env.timing(tuple(boundaries), row).iteration_ms
+                   for row, since, until in self.env.situation.trace.segments(start_s, end_s))

@@ -22,7 +22,7 @@ IDENTITY_KEYS = ("model", "layers", "stages", "schedule", "microbatches", "batch
 
 
 def _named_tensors(modules: list[nn.Module], layers: range) -> dict[str, torch.Tensor]:
-    named = {}
+    named: dict[str, torch.Tensor] = {}
     for i in layers:
         named.update({f"{i}.{n}": t for n, t in modules[i].named_parameters()})
         named.update({f"{i}.{n}": t for n, t in modules[i].named_buffers()})

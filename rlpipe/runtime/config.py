@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field, fields
 
 from rlpipe.errors import InputError
+from rlpipe.partition import SCHEDULES
 
 
 @dataclass
@@ -102,20 +103,22 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn) or pkg.module:factory")
     parser.add_argument("--layers", type=int, help="layer count of a built-in model")
     parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each")
-    parser.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
     parser.add_argument("--microbatches", type=int, default=4, help="micro-batches per iteration (default 4)")
     parser.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
     parser.add_argument("--iterations", type=int, default=20, help="training iterations (default 20)")
     parser.add_argument("--boundaries", type=_boundaries, help="first layer of each stage, e.g. 0,4,9,13 "
                         "(default: the optimal partition of the profile)")
-    parser.add_argument("--profile", help="profile JSON or shipped name for the initial partition (default: measure now)")
+    parser.add_argument("--profile", help="profile JSON or shipped name for the initial partition "
+                        "(default: measure now)")
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and synthetic data (default 0)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     parser.add_argument("--interval", type=int, default=5, help="iterations per statistics interval (default 5)")
     parser.add_argument("--log", "--log-file", dest="log", help="write one JSON record per interval to this "
                         "JSONL file (under torchrun, spell it --log-file: torchrun claims --log)")
-    parser.add_argument("--repartition-at", nargs="+", type=_repartition, default=[], metavar="ITER:BOUNDARIES",
-                        help="scripted live repartitions, applied before iteration ITER, e.g. 10:0,3,8")
+    parser.add_argument("--repartition-at", nargs="+", action="extend", type=_repartition, default=[],
+                        metavar="ITER:BOUNDARIES", help="scripted live repartitions, applied before iteration ITER, "
+                        "e.g. 10:0,3,8 (several after one flag, or the flag repeated)")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
     parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
                         "greedy, dynpipe, ppo (the shipped default) or ppo:PATH (default: none, only --repartition-at)")

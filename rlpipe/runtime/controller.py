@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from typing import Any
 
-from rlpipe.agents import DecisionContext, make_policy
-from rlpipe.observation import KEEP, ObservationEncoder
+from rlpipe.agents import make_policy
+from rlpipe.decision import DecisionContext
+from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, KEEP, ObservationEncoder
 from rlpipe.planning import Planner, StatsError
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import MigrationCost
@@ -20,6 +22,9 @@ log = logging.getLogger("rlpipe.controller")
 class Controller:
     """Decides repartitions for a live pipeline.
 
+    The observation is laid out as the policy was trained (the artifact's ``s_max`` and history);
+    a policy without an artifact gets the defaults.
+
     Args:
         policy_spec: ``static``, ``greedy``, ``dynpipe``, ``ppo`` or ``ppo:PATH``.
         profile: the per-layer profile the run started from.
@@ -28,17 +33,21 @@ class Controller:
     """
 
     def __init__(self, policy_spec: str, profile: LayerProfile, num_stages: int, schedule: str, microbatches: int,
-                 migration: MigrationCost, s_max: int = 8):
-        self.policy = make_policy(policy_spec, strict=False)
-        if self.policy.name == "oracle":
-            raise ValueError("the oracle needs the future: it runs in simulation only")
+                 migration: MigrationCost):
+        self.policy = make_policy(policy_spec, strict=False, live=True)
+        s_max, history = self.policy.observation_layout or (DEFAULT_S_MAX, DEFAULT_HISTORY)
         planner = Planner(profile, num_stages, schedule, microbatches, migration=migration)
-        self.encoder = ObservationEncoder(planner, max(s_max, num_stages), history=4)
+        self.encoder = ObservationEncoder(planner, max(s_max, num_stages), history)
         self.decisions: Counter[str] = Counter()
-        self.last_info: dict = {}
+        self.last_decision: dict[str, Any] = {}
 
-    def decide(self, stats: IntervalStats) -> tuple[tuple[int, ...], dict]:
-        """The partition for the next interval and what to log about the decision."""
+    @property
+    def fallbacks(self) -> dict[str, int]:
+        """Decisions the policy handed to its fallback, by reason."""
+        return dict(self.policy.fallbacks)
+
+    def decide(self, stats: IntervalStats) -> tuple[int, ...]:
+        """The partition for the next interval; what to log about the decision is ``last_decision``."""
         start = time.perf_counter()
         boundaries = tuple(stats.boundaries)
         try:
@@ -46,15 +55,16 @@ class Controller:
         except StatsError as err:  # unusable statistics: hold the partition, and say why
             log.warning("statistics unusable (%s): keeping the partition", err)
             self.decisions["unusable statistics"] += 1
-            return boundaries, {"action": "keep", "reason": str(err), "latency_ms": (time.perf_counter() - start) * 1e3}
+            self.last_decision = {"action": "keep", "reason": str(err),
+                                  "latency_ms": (time.perf_counter() - start) * 1e3}
+            return boundaries
         mask = self.encoder.action_mask(boundaries)
         action = self.policy.act(observation, mask, DecisionContext(self.encoder, boundaries))
-        target = self.encoder.decode(int(action), boundaries) or boundaries
+        target = self.encoder.decode(int(action), boundaries) or boundaries  # type: ignore[arg-type]
         latency_ms = (time.perf_counter() - start) * 1e3
-        name = self.encoder.layout.describe(int(action)) if target != boundaries or action == KEEP else "keep"
+        name = self.encoder.layout.describe(int(action)) if target != boundaries or action == KEEP else "keep"  # type: ignore[arg-type]
         self.decisions[name.split(" ")[0]] += 1
-        info = {"action": name, "latency_ms": latency_ms}
-        fallback = getattr(self.policy, "last_reason", None)
-        if fallback:
-            info["fallback"] = fallback
-        return target, info
+        self.last_decision = {"action": name, "latency_ms": latency_ms}
+        if self.policy.last_fallback:
+            self.last_decision["fallback"] = self.policy.last_fallback
+        return target

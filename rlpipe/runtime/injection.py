@@ -35,7 +35,7 @@ class Injector:
         self._competitor: subprocess.Popen | None = None
 
     @classmethod
-    def from_spec(cls, spec: str, num_devices: int, device: int, time_scale: float, mode: str, seed: int) -> "Injector":
+    def from_spec(cls, spec: str, num_devices: int, device: int, time_scale: float, mode: str, seed: int) -> Injector:
         duration_s = 3600.0
         return cls(load_scenario(spec, num_devices, duration_s, seed), device, time_scale, mode)
 

@@ -21,6 +21,7 @@ from rlpipe.runtime import checkpoint
 from rlpipe.runtime.config import RunConfig
 from rlpipe.runtime.processes import die_with_parent
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -34,9 +35,10 @@ def validate(config: RunConfig) -> None:
     if config.stages > num_layers:
         raise InputError(f"--stages {config.stages}: more stages than the model's {num_layers} layers")
     is_factory = config.model not in BUILTIN_MODELS
-    if is_factory and spec.example_microbatch.shape[0] * config.microbatches != config.batch:
-        raise InputError(f"--batch {config.batch}: the factory's micro-batch of {spec.example_microbatch.shape[0]} "
-                         f"x {config.microbatches} micro-batches makes {spec.example_microbatch.shape[0] * config.microbatches}")
+    microbatch_size = spec.example_microbatch.shape[0]
+    if is_factory and microbatch_size * config.microbatches != config.batch:
+        raise InputError(f"--batch {config.batch}: the factory's micro-batch of {microbatch_size} "
+                         f"x {config.microbatches} micro-batches makes {microbatch_size * config.microbatches}")
     for label, boundaries in [("--boundaries", config.boundaries)] + [
             (f"--repartition-at {it}", b) for it, b in config.repartition_at.items()]:
         if boundaries is None:
@@ -57,9 +59,7 @@ def validate(config: RunConfig) -> None:
     if config.policy:
         from rlpipe.agents import make_policy
 
-        if config.policy.split(":")[0] == "oracle":
-            raise InputError("--policy oracle: the oracle needs the future and runs in simulation only")
-        make_policy(config.policy, strict=False)
+        make_policy(config.policy, strict=False, live=True)
     if config.interference:
         from rlpipe.interference import load_scenario
 

@@ -15,21 +15,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlpipe.partition import Partition
+
 STATE_KEYS = ("exp_avg", "exp_avg_sq")
-
-
-def owner_of(layer: int, boundaries: tuple[int, ...]) -> int:
-    """The stage (rank) that holds ``layer`` under ``boundaries``."""
-    return sum(1 for start in boundaries if start <= layer) - 1
 
 
 def transfer_plan(old: tuple[int, ...], new: tuple[int, ...], num_layers: int) -> dict[tuple[int, int], list[int]]:
     """``{(sender, receiver): [layers]}`` in a deterministic order."""
     plan: dict[tuple[int, int], list[int]] = {}
-    for layer in range(num_layers):
-        src, dst = owner_of(layer, old), owner_of(layer, new)
-        if src != dst:
-            plan.setdefault((src, dst), []).append(layer)
+    for layer, src, dst in Partition(tuple(old), num_layers).moved_layers(Partition(tuple(new), num_layers)):
+        plan.setdefault((src, dst), []).append(layer)
     return dict(sorted(plan.items()))
 
 
@@ -69,7 +64,7 @@ class Received:
     moments: list[list[torch.Tensor]]
 
     @classmethod
-    def buffers_for(cls, layers: list[nn.Module]) -> tuple["Received", list[torch.Tensor]]:
+    def buffers_for(cls, layers: list[nn.Module]) -> tuple[Received, list[torch.Tensor]]:
         """The receipt and the tensors to receive into, in the order :func:`outgoing` sends them."""
         receipt, targets = cls(layers, [], []), []
         for layer in layers:
@@ -122,7 +117,7 @@ def exchange(plan: dict[tuple[int, int], list[int]], rank: int, modules: list[nn
             receipts.append(receipt)
             checks.append((targets, checksum))
     for _, work in works:
-        work.wait()
+        work.wait()  # type: ignore[union-attr]  # point-to-point calls always return a Work
     ok = all(torch.equal(_checksum(targets) + (1.0 if corrupt else 0.0), checksum) for targets, checksum in checks)
     return receipts, ok, bytes_sent
 

@@ -3,8 +3,8 @@ import pytest
 
 from rlpipe.agents import DecisionContext, DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, make_policy
 from rlpipe.envs import RepartitionEnv
+from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
-from rlpipe.evaluate import run_episode
 from rlpipe.interference import InterferenceTrace
 from rlpipe.observation import KEEP, REPLAN
 

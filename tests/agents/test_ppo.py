@@ -8,10 +8,11 @@ import pytest
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact
-from rlpipe.agents.ppo import TrainConfig, default_artifact_path, load_deployed_policy, train
+from rlpipe.agents.deployed import default_artifact_path, load_deployed_policy
+from rlpipe.agents.ppo import TrainConfig, train
 from rlpipe.envs import RepartitionEnv
+from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
-from rlpipe.evaluate import run_episode
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def test_fallback_engages_and_is_counted(trained, tmp_path):
     bad = observation.copy()
     bad[3] = math.nan
     policy.act(bad, env.action_masks(), context)
-    assert policy.fallbacks["non-finite statistics"] == 1 and policy.last_reason == "non-finite statistics"
+    assert policy.fallbacks["non-finite statistics"] == 1 and policy.last_fallback == "non-finite statistics"
     missing = load_deployed_policy(str(tmp_path / "missing"), strict=False)
     assert missing.act(observation, env.action_masks(), context) in range(env.action_space.n)
     assert sum(missing.fallbacks.values()) == 1

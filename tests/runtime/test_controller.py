@@ -20,18 +20,19 @@ def run(tmp_path, name, *args):
     return log, result.stdout
 
 
-# a 3x straggler on stage 1 from trace second 0.5 on
+# a 3x straggler on stage 1 from trace second 1.0 on: at --time-scale 0.5, two seconds into the run,
+# so that DynPipe's baseline interval (the first) is measured before it (it takes 0.3-0.8 s here)
 def straggler_trace(tmp_path) -> Path:
     trace = tmp_path / "straggler.csv"
-    trace.write_text("time_s,device,slowdown\n0.5,1,3.0\n")
+    trace.write_text("time_s,device,slowdown\n1.0,1,3.0\n")
     return trace
 
 
 @pytest.mark.slow
 def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     common = ["--model", "mlp", "--layers", "8", "--stages", "4", "--microbatches", "4", "--batch", "32",
-              "--iterations", "40", "--interval", "5", "--boundaries", "0,2,4,6",
-              "--interference", f"trace:{straggler_trace(tmp_path)}", "--time-scale", "1"]
+              "--iterations", "80", "--interval", "5", "--boundaries", "0,2,4,6",
+              "--interference", f"trace:{straggler_trace(tmp_path)}", "--time-scale", "0.5"]
     log, stdout = run(tmp_path, "dynpipe", *common, "--policy", "dynpipe")
     records = load_run(log)
     assert all("decision" in r for r in records[:-1])

@@ -17,10 +17,11 @@ def interval(boundaries, loads, num_layers=16):
 def test_dynpipe_controller_replans_off_a_straggler_and_logs_latency():
     controller = Controller("dynpipe", load_profile("transformer16"), 4, "1f1b", 8, MigrationCost(10.0, 0.1))
     start = controller.encoder.planner.ideal_boundaries
-    target, info = controller.decide(interval(start, [1.0, 1.0, 1.0, 1.0]))
+    target = controller.decide(interval(start, [1.0, 1.0, 1.0, 1.0]))
+    info = controller.last_decision
     assert target == start and info["action"] == "keep" and info["latency_ms"] > 0
-    target, info = controller.decide(interval(start, [1.0, 3.0, 1.0, 1.0]))
-    assert target != start and info["action"] == "replan"
+    target = controller.decide(interval(start, [1.0, 3.0, 1.0, 1.0]))
+    assert target != start and controller.last_decision["action"] == "replan"
     sizes = [b - a for a, b in zip(target, list(target[1:]) + [16])]
     assert sizes[1] < [b - a for a, b in zip(start, list(start[1:]) + [16])][1]
 
@@ -28,5 +29,5 @@ def test_dynpipe_controller_replans_off_a_straggler_and_logs_latency():
 def test_unusable_statistics_keep_the_partition():
     controller = Controller("greedy", load_profile("transformer16"), 4, "1f1b", 8, MigrationCost())
     start = controller.encoder.planner.ideal_boundaries
-    target, info = controller.decide(interval(start, [1.0, math.nan, 1.0, 1.0]))
-    assert target == start and "non-finite" in info["reason"]
+    target = controller.decide(interval(start, [1.0, math.nan, 1.0, 1.0]))
+    assert target == start and "non-finite" in controller.last_decision["reason"]

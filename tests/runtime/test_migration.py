@@ -1,11 +1,10 @@
 import torch
 from torch import nn
 
-from rlpipe.runtime.migration import Received, outgoing, owner_of, transfer_plan
+from rlpipe.runtime.migration import Received, outgoing, transfer_plan
 
 
-def test_owner_and_plan_follow_the_boundaries():
-    assert [owner_of(i, (0, 3, 5)) for i in range(7)] == [0, 0, 0, 1, 1, 2, 2]
+def test_plan_follows_the_boundaries():
     plan = transfer_plan((0, 3, 5), (0, 2, 6), 8)
     assert plan == {(0, 1): [2], (2, 1): [5]}
     assert transfer_plan((0, 3), (0, 3), 5) == {}

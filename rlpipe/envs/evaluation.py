@@ -1,0 +1,66 @@
+"""The episode loop: one policy through one seeded episode of the environment, as a result record.
+
+It sits next to the environment and below the agents (as stable-baselines3's
+``common/evaluation.evaluate_policy`` does): anything with the :class:`~rlpipe.decision.Policy`
+methods can be scored here, a heuristic, the deployed PPO actor or a model still in training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlpipe.decision import DecisionContext, Policy
+from rlpipe.envs.repartition import RepartitionEnv
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass
+class EpisodeResult:
+    """One policy on one episode.
+
+    Attributes:
+        efficiency: mean reward: throughput over the clairvoyant bound (1.0 = the bound).
+        iterations_per_s: training iterations per simulated second, migration stalls included.
+        repartitions_per_hour: repartitions per simulated hour.
+        stall_s_per_hour: seconds of migration stall per simulated hour.
+        timeline: per interval, when recorded: time_s, boundaries, slowdown, stage_compute_ms, efficiency.
+    """
+
+    efficiency: float
+    iterations_per_s: float
+    repartitions_per_hour: float
+    stall_s_per_hour: float
+    timeline: dict[str, list] = field(default_factory=dict)
+
+
+def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, record: bool = False) -> EpisodeResult:
+    """Run ``policy`` for one episode of ``scenario`` seeded by ``seed``."""
+    observation, info = env.reset(seed=seed, options={"scenario": scenario})
+    policy.reset()
+    efficiencies: list[float] = []
+    timeline: dict[str, list] = {"time_s": [], "boundaries": [], "slowdown": [], "stage_compute_ms": [],
+                                 "efficiency": []}
+    done = False
+    while not done:
+        context = DecisionContext(env.encoder, env.boundaries, env.future())
+        decision = policy.act(observation, env.action_masks(), context)
+        if isinstance(decision, tuple):
+            observation, _, terminated, truncated, info = env.step_to(decision)
+        else:
+            observation, _, terminated, truncated, info = env.step(int(decision))
+        efficiencies.append(info["efficiency"])
+        done = terminated or truncated
+        if record:
+            timeline["time_s"].append(info["time_s"])
+            timeline["boundaries"].append(list(info["boundaries"]))
+            timeline["slowdown"].append(info["slowdown"].tolist())
+            latest = env.encoder.latest
+            assert latest is not None  # every step observes an interval
+            timeline["stage_compute_ms"].append([s.compute_ms for s in latest.stages])
+            timeline["efficiency"].append(info["efficiency"])
+    hours = env.time_s / SECONDS_PER_HOUR
+    return EpisodeResult(float(np.mean(efficiencies)), env.iteration / env.time_s, env.repartitions / hours,
+                         env.stall_total_s / hours, timeline if record else {})

@@ -1,0 +1,100 @@
+"""The end of a statistics interval: what each rank reports, gathered on rank 0 as the StageStats
+contract and one log record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rlpipe.runtime.stage import Repartition
+from rlpipe.stats import IntervalStats, StageStats
+
+
+@dataclass
+class IntervalMeter:
+    """What a rank accumulates between two statistics gathers.
+
+    Attributes:
+        iterations: iterations trained.
+        busy_s: wall seconds spent in those iterations (repartitions not included).
+        losses: the mean micro-batch loss of each iteration (known on the last stage only).
+        repartitions: the repartitions carried out in the interval.
+    """
+
+    iterations: int = 0
+    busy_s: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    repartitions: list[Repartition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """One rank's figures for one interval: the record all ranks exchange (one float64 tensor).
+
+    Attributes:
+        compute_s_per_iteration: seconds of forward + backward compute per timed iteration.
+        busy_s: wall seconds the interval's iterations took on this rank.
+        num_layers: layers the stage holds.
+        memory_bytes: parameters and optimizer state of those layers, bytes.
+        profiled_compute_ms: the profile's interference-free forward + backward of those layers, ms
+            per micro-batch.
+        losses: per-iteration losses (the last stage's are the run's), padded to the interval.
+    """
+
+    compute_s_per_iteration: float
+    busy_s: float
+    num_layers: float
+    memory_bytes: float
+    profiled_compute_ms: float
+    losses: tuple[float, ...]
+
+    def pack(self) -> torch.Tensor:
+        return torch.tensor([self.compute_s_per_iteration, self.busy_s, self.num_layers, self.memory_bytes,
+                             self.profiled_compute_ms, *self.losses], dtype=torch.float64)
+
+    @classmethod
+    def unpack(cls, row: torch.Tensor) -> StageReport:
+        compute_s, busy_s, num_layers, memory_bytes, profiled_ms, *losses = row.tolist()
+        return cls(compute_s, busy_s, num_layers, memory_bytes, profiled_ms, tuple(losses))
+
+
+def exchange_reports(own: StageReport, world: int) -> list[StageReport]:
+    """Every rank's report, in rank order (collective: all ranks call it with reports of one length)."""
+    packed = own.pack()
+    everyone = [torch.zeros_like(packed) for _ in range(world)]
+    dist.all_gather(everyone, packed)
+    return [StageReport.unpack(row) for row in everyone]
+
+
+def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iteration: int,
+                        boundaries: tuple[int, ...], microbatches: int) -> IntervalStats:
+    """The StageStats contract from every rank's report (rank 0's meter for time and repartitions)."""
+    stall_s = sum(r.stall_s for r in meter.repartitions)
+    iteration_ms = reports[0].busy_s / meter.iterations * 1e3
+    stages = []
+    for report in reports:
+        compute_ms = report.compute_s_per_iteration / microbatches * 1e3
+        stages.append(StageStats(compute_ms=compute_ms, comm_ms=0.0,
+                                 idle_ms=max(iteration_ms - compute_ms * microbatches, 0.0),
+                                 num_layers=int(report.num_layers), memory_bytes=report.memory_bytes,
+                                 device_load=compute_ms / max(report.profiled_compute_ms, 1e-9)))
+    return IntervalStats(iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, tuple(boundaries),
+                         tuple(stages))
+
+
+def log_record(stats: IntervalStats, losses: list[float], elapsed_s: float, batch: int,
+               repartitions: list[Repartition]) -> dict[str, Any]:
+    """The interval's JSONL record (the controller's decision and injection are added by the caller)."""
+    record = {"iteration": stats.iteration, "wall_s": elapsed_s, "interval_s": stats.wall_s,
+              "boundaries": list(stats.boundaries), "throughput_samples_s": stats.iterations * batch / stats.wall_s,
+              "loss": float(np.mean(losses)), "losses": losses, "stages": [s.to_dict() for s in stats.stages],
+              "stall_s": stats.stall_s}
+    if repartitions:
+        record["repartition"] = repartitions[-1].to_dict()
+        if len(repartitions) > 1:
+            record["repartitions"] = [r.to_dict() for r in repartitions]
+    return record

@@ -1,0 +1,185 @@
+"""One rank's pipeline stage: its layers, its optimizer, the timed PipelineStage and schedule that
+train them, and its part in a live repartition."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import get_schedule_class
+
+from rlpipe.partition import stage_edges
+from rlpipe.runtime import migration
+from rlpipe.runtime.injection import Injector
+
+ADAM_MOMENTS = 2  # Adam keeps two moments per parameter, each the parameter's size
+
+
+class TimedStage(PipelineStage):
+    """A PipelineStage that accumulates the seconds it spends computing (forward and backward),
+    stretched by injected interference when an :class:`Injector` is attached."""
+
+    compute_s: float = 0.0
+    injector: Injector | None = None
+
+    def _timed(self, chunk: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return chunk(*args, **kwargs)
+        finally:
+            if self.injector is not None:
+                self.injector.stretch(time.perf_counter() - start)
+            self.compute_s += time.perf_counter() - start
+
+    def forward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed(super().forward_one_chunk, *args, **kwargs)
+
+    def backward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed(super().backward_one_chunk, *args, **kwargs)
+
+
+@dataclass
+class Repartition:
+    """What one repartition did.
+
+    Attributes:
+        iteration: the iteration it happened before.
+        old, new: boundaries before and after.
+        committed: whether every rank switched (``False``: all kept ``old``).
+        bytes_moved: parameters, buffers and optimizer state sent, summed over ranks.
+        stall_s: seconds training stood still for it.
+    """
+
+    iteration: int
+    old: tuple[int, ...]
+    new: tuple[int, ...]
+    committed: bool
+    bytes_moved: int
+    stall_s: float
+
+    def to_dict(self) -> dict:
+        return {"iteration": self.iteration, "from": list(self.old), "to": list(self.new), "committed": self.committed,
+                "bytes_moved": self.bytes_moved, "stall_s": self.stall_s}
+
+
+class StageWorker:
+    """Stage ``rank`` of the pipeline: its layers, optimizer, PipelineStage and schedule.
+
+    Args:
+        modules: every layer of the model, in order; the rank trains those its stage owns.
+        loss_fn: ``loss_fn(output, target)``, a scalar averaged over the micro-batch.
+        boundaries: the first layer of each stage.
+        rank, world: this rank and the number of stages.
+        schedule: a name from :data:`rlpipe.partition.SCHEDULES`.
+        microbatches: micro-batches per iteration.
+        lr: Adam's learning rate.
+        injector: interference to stretch this stage's compute with (``None``: none).
+        drop_moved_optimizer_state: forget moved layers' Adam state (the correctness control test only).
+    """
+
+    def __init__(self, modules: list[nn.Module], loss_fn: Callable, boundaries: tuple[int, ...], rank: int,
+                 world: int, schedule: str, microbatches: int, lr: float, injector: Injector | None = None,
+                 drop_moved_optimizer_state: bool = False):
+        self.modules = modules  # every rank holds every layer; it trains its own
+        self.loss_fn = loss_fn
+        self.rank, self.world = rank, world
+        self.schedule_class = get_schedule_class(schedule)
+        self.microbatches, self.lr = microbatches, lr
+        self.injector = injector
+        self.drop_moved_optimizer_state = drop_moved_optimizer_state
+        self.boundaries = tuple(boundaries)
+        self.device = torch.device("cpu")
+        self.optimizer = torch.optim.Adam(self.owned_params(), lr=lr)
+        self.timed_iterations, self.warmup_compute_s = 0, 0.0
+        self._build()
+
+    def owned_layers(self) -> range:
+        edges = stage_edges(self.boundaries, len(self.modules))
+        return range(int(edges[self.rank]), int(edges[self.rank + 1]))
+
+    def owned_params(self) -> list[nn.Parameter]:
+        return [p for i in self.owned_layers() for p in self.modules[i].parameters()]
+
+    def memory_bytes(self) -> float:
+        """Parameters plus Adam's moments of the layers this stage owns, bytes."""
+        return float(sum(p.numel() * p.element_size() * (1 + ADAM_MOMENTS) for p in self.owned_params()))
+
+    def _build(self) -> None:
+        """A new stage and schedule for the current layers (swapping an old stage's module breaks
+        when the tensors between stages change shape)."""
+        submodule = nn.Sequential(*[self.modules[i] for i in self.owned_layers()])
+        self.stage = TimedStage(submodule, self.rank, self.world, self.device)
+        self.stage.injector = self.injector
+        self.warm = False  # the first step of a new stage infers shapes: its time is not compute
+        self.schedule = self.schedule_class(self.stage, self.microbatches, loss_fn=self.loss_fn)
+
+    def take_compute_s(self) -> tuple[float, int]:
+        """(compute seconds, timed iterations) since the last call, and start counting afresh.
+        An interval that only held a warm-up step reports that step rather than nothing."""
+        compute_s, timed = self.stage.compute_s, self.timed_iterations
+        if timed == 0:
+            compute_s, timed = self.warmup_compute_s, 1
+        self.stage.compute_s, self.timed_iterations = 0.0, 0
+        return compute_s, timed
+
+    def train_step(self, inputs: torch.Tensor | None, target: torch.Tensor | None) -> list[float]:
+        """One iteration on a batch (``inputs`` on the first stage, ``target`` on the last; ``None``
+        elsewhere); returns the micro-batch losses (on the last stage, else [])."""
+        self.optimizer.zero_grad(set_to_none=True)
+        compute_before = self.stage.compute_s
+        losses: list[torch.Tensor] = []
+        if self.world == 1:
+            self.schedule.step(inputs, target=target, losses=losses)
+        elif self.rank == 0:
+            self.schedule.step(inputs)
+        elif self.rank == self.world - 1:
+            self.schedule.step(target=target, losses=losses)
+        else:
+            self.schedule.step()
+        self.optimizer.step()
+        if self.warm:
+            self.timed_iterations += 1
+        else:  # keep the warm-up step out of the compute statistics (unless nothing else is timed)
+            self.warmup_compute_s = self.stage.compute_s - compute_before
+            self.stage.compute_s = compute_before
+            self.warm = True
+        return [float(loss.detach()) for loss in losses]
+
+    def repartition(self, new: tuple[int, ...], iteration: int, corrupt: bool = False) -> Repartition:
+        """Move layers to their new owners; all ranks commit together or keep the old partition."""
+        start = time.perf_counter()
+        old = self.boundaries
+        plan = migration.transfer_plan(old, new, len(self.modules))
+        received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, corrupt)
+        committed = migration.all_agree(ok)
+        if committed:
+            moved_state = {p: state for receipt in received for p, state in receipt.adam_states().items()}
+            kept = {p: s for p, s in self.optimizer.state.items() if s}
+            self.boundaries = tuple(new)
+            self.optimizer = torch.optim.Adam(self.owned_params(), lr=self.lr)
+            for p in self.owned_params():
+                if p in kept:
+                    self.optimizer.state[p] = kept[p]
+                elif p in moved_state and not self.drop_moved_optimizer_state:
+                    self.optimizer.state[p] = moved_state[p]
+            self._build()
+        totals = torch.tensor([float(bytes_sent)], dtype=torch.float64)
+        dist.all_reduce(totals)
+        dist.barrier()
+        return Repartition(iteration, old, tuple(new), committed, int(totals.item()), time.perf_counter() - start)
+
+    def gather_parameters(self) -> dict[str, torch.Tensor]:
+        """Every layer's current parameters on rank 0 (other ranks return {})."""
+        edges = stage_edges(self.boundaries, len(self.modules)).tolist()
+        plan = {(src, 0): list(range(edges[src], edges[src + 1])) for src in range(1, self.world)}
+        migration.exchange(plan, self.rank, self.modules, self.optimizer)  # values land in rank 0's copies
+        if self.rank != 0:
+            return {}
+        return {f"{i}.{name}": p.detach().clone() for i, module in enumerate(self.modules)
+                for name, p in module.named_parameters()}
