@@ -34,6 +34,19 @@ def _floats(text: str, option: str) -> list[float]:
     return values
 
 
+def _slowdowns(text: str | None) -> list[float] | None:
+    """``--slowdown``: one factor per stage, >= 1 (2 = twice as slow), as in traces."""
+    if not text:
+        return None
+    values = _floats(text, "--slowdown")
+    if any(v < 1.0 for v in values):
+        raise InputError(f"--slowdown '{text}': every factor must be >= 1 (2 = twice as slow, as in traces)")
+    return values
+
+
+FREE_LINKS_NOTE = "links: infinite bandwidth, so transfers cost nothing (give --bandwidth-gbps to price them)"
+
+
 def _positive_bandwidth(value: float | None) -> float:
     if value is None:
         return math.inf
@@ -57,7 +70,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     print(f"profiling {spec.name}: {len(spec.layers)} layers, micro-batch {spec.example_microbatch.shape[0]}",
           file=sys.stderr)
     profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn,
-                              name=f"{spec.name}{len(spec.layers)}", repeats=args.repeats)
+                              name=spec.name, repeats=args.repeats)
     profile.save(args.output)
     total = sum(layer.compute_ms for layer in profile.layers)
     print(f"wrote {args.output}: {profile.num_layers} layers, {total:.2f} ms fwd+bwd per micro-batch")
@@ -70,7 +83,10 @@ def cmd_partition(args: argparse.Namespace) -> None:
     from rlpipe.profile import load_profile
 
     profile = load_profile(args.profile)
-    speeds = _floats(args.speeds, "--speeds") if args.speeds else None
+    if args.speeds and args.slowdown:
+        raise InputError("--speeds and --slowdown say the same thing: give one")
+    slowdown = _slowdowns(args.slowdown)
+    speeds = [1.0 / s for s in slowdown] if slowdown else (_floats(args.speeds, "--speeds") if args.speeds else None)
     memory_cap = None if args.memory_gb is None else args.memory_gb * 1e9
     plan = optimal_partition(profile, args.stages, speeds, _positive_bandwidth(args.bandwidth_gbps),
                              memory_cap_bytes=memory_cap, microbatches=args.microbatches, schedule=args.schedule)
@@ -84,6 +100,8 @@ def cmd_partition(args: argparse.Namespace) -> None:
     for stage, ((start, end), ms) in enumerate(zip(plan.partition.stage_ranges(), plan.stage_ms)):
         print(f"{stage:>5} {f'{start}-{end - 1}':>9} {ms:>14.3f} {memory[stage] / 1e6:>10.1f}")
     print(f"boundaries {','.join(map(str, plan.partition.boundaries))}  bottleneck {plan.bottleneck_ms:.3f} ms")
+    if args.bandwidth_gbps is None:
+        print(FREE_LINKS_NOTE)
 
 
 # --- simulate --------------------------------------------------------------------------------
@@ -95,7 +113,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
     profile = load_profile(args.profile)
     partition = Partition.parse(args.boundaries, profile.num_layers)
-    slowdown = _floats(args.slowdown, "--slowdown") if args.slowdown else None
+    slowdown = _slowdowns(args.slowdown)
     timing = simulate(profile, partition, args.schedule, args.microbatches, slowdown,
                       _positive_bandwidth(args.bandwidth_gbps))
     if args.json:
@@ -105,6 +123,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     print(f"{'stage':>5} {'compute ms':>11} {'comm ms':>9} {'idle ms':>9}")
     for stage, row in enumerate(timing.to_dict()["stages"]):
         print(f"{stage:>5} {row['compute_ms']:>11.3f} {row['comm_ms']:>9.3f} {row['idle_ms']:>9.3f}")
+    if args.bandwidth_gbps is None:
+        print(FREE_LINKS_NOTE)
 
 
 # --- scenario --------------------------------------------------------------------------------
@@ -132,13 +152,20 @@ def _names(texts: str | list[str] | None, option: str, default: str = "") -> lis
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
     """The environment options shared by evaluate and train: --profile, --stages, --duration-s."""
     from rlpipe.envs.repartition import EnvConfig
+    from rlpipe.observation import DEFAULT_S_MAX
     from rlpipe.profile import load_profile
 
     overrides: dict = {"duration_s": args.duration_s}
     if args.profile:
         overrides["profile"] = load_profile(args.profile)
     if args.stages:
-        overrides.update(min_stages=args.stages, max_stages=args.stages)
+        if args.stages < 1:
+            raise InputError(f"--stages: must be >= 1, got {args.stages}")
+        if args.profile and args.stages > overrides["profile"].num_layers:
+            raise InputError(f"--stages {args.stages}: more stages than the profile's "
+                             f"{overrides['profile'].num_layers} layers")
+        # heuristics read any number of stages: the observation gets room for them all
+        overrides.update(min_stages=args.stages, max_stages=args.stages, s_max=max(DEFAULT_S_MAX, args.stages))
     return EnvConfig(**overrides).validate()
 
 
@@ -184,7 +211,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise InputError("--timesteps and --n-envs must be >= 1")
     torch.set_num_threads(1)  # small networks: more threads only contend with the environments
     policy = train(config, args.out)
-    print(f"wrote {policy} and {policy.with_suffix('.json')} (TensorBoard logs: {args.out}/tb)")
+    history = json.loads((Path(args.out) / "eval" / "efficiency.json").read_text())
+    step, best = max(history, key=lambda entry: entry[1])
+    print(f"held-out mean efficiency, evaluated {len(history)} time(s): best {best:.4f} at step {step:,}, "
+          f"exported as the policy")
+    print(f"wrote {policy} and {policy.with_suffix('.json')} (also best/, eval/, final_model.zip, "
+          f"TensorBoard logs in {args.out}/tb)")
 
 
 # --- run -------------------------------------------------------------------------------------
@@ -258,8 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     p = add("profile", cmd_profile, "Measure each layer of a torch model on this machine and write a profile JSON.")
-    p.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn) or pkg.module:factory")
-    p.add_argument("--layers", type=int, default=None, help="number of layers of a built-in model")
+    p.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn), pkg.module:factory "
+                   "or path/to/file.py:factory (see README, 'Your own model')")
+    p.add_argument("--layers", type=int, default=None, help="number of layers of a built-in model (default 8)")
     p.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration (default 8)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per layer; the median is kept (default 5)")
@@ -268,8 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("partition", cmd_partition, "The contiguous partition that minimises the bottleneck stage time.")
     p.add_argument("--profile", required=True, help="profile JSON, or the name of a shipped profile")
     p.add_argument("--stages", type=int, required=True, help="number of pipeline stages")
-    p.add_argument("--speeds", help="relative device speed per stage, e.g. 1,1,0.6,1 (default all 1)")
-    p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth, Gbit/s (default: infinite, no comm cost)")
+    p.add_argument("--slowdown", help="slowdown factor per stage device, >= 1, e.g. 1,1,2,1: the third computes "
+                   "twice as slowly, as in traces (default all 1)")
+    p.add_argument("--speeds", help="or: relative device speed per stage, 1/slowdown, e.g. 1,1,0.5,1")
+    p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth between stages, Gbit/s (default: "
+                   "infinite: activations cross stages for free)")
     p.add_argument("--memory-gb", type=float, help="memory cap per stage, GB (default: none)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration, for memory (default 8)")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="schedule, for memory (default 1f1b)")
@@ -280,8 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--boundaries", required=True, help="first layer of each stage, e.g. 0,5,9,14")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration (default 8)")
-    p.add_argument("--slowdown", help="slowdown factor per stage device, e.g. 1,1,2,1 (default all 1)")
-    p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth, Gbit/s (default: infinite)")
+    p.add_argument("--slowdown", help="slowdown factor per stage device, >= 1, e.g. 1,1,2,1: the third computes "
+                   "twice as slowly, as in traces (default all 1)")
+    p.add_argument("--bandwidth-gbps", type=float, help="link bandwidth between stages, Gbit/s (default: "
+                   "infinite: activations cross stages for free, comm ms 0)")
     p.add_argument("--json", action="store_true", help="print {iteration_ms, stages: [...]} as JSON")
 
     p = add("scenario", cmd_scenario, "Write an interference preset as a time_s,device,slowdown trace CSV.")
@@ -300,13 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=5, help="episodes per policy and scenario (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes (default 0)")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--profile", help="use this profile (JSON or shipped name) instead of drawing one")
-    p.add_argument("--stages", type=int, help="use this stage count instead of drawing one")
+    p.add_argument("--profile", help="use this profile (JSON or shipped name) in every episode (default: each "
+                   "episode draws one of the shipped transformer16, transformer32, mlp16, cnn16)")
+    p.add_argument("--stages", type=int, help="use this stage count in every episode (default: each episode draws "
+                   "2-8, capped by the profile's layers)")
     p.add_argument("--duration-s", type=float, default=3600.0,
                    help="simulated training time per episode, s (default 3600)")
     p = add("train", cmd_train, "Train a PPO agent offline on the simulated environment and export a deploy "
             "artifact (policy.pt + policy.json).")
-    p.add_argument("--config", help="YAML hyper-parameters, rl-baselines3-zoo layout (e.g. configs/ppo.yml)")
+    p.add_argument("--config", help="optional YAML hyper-parameters, rl-baselines3-zoo layout, e.g. "
+                   "configs/ppo.yml (default: the built-in TrainConfig defaults)")
     p.add_argument("--scenarios", action="append",
                    help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")

@@ -9,16 +9,32 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
 from rlpipe.agents import make_policy
+from rlpipe.decision import Policy
 from rlpipe.envs.evaluation import EpisodeResult, run_episode
 from rlpipe.envs.repartition import EnvConfig, RepartitionEnv
+from rlpipe.errors import InputError
+from rlpipe.interference import check_scenario
+from rlpipe.plots import (
+    mark_repartitions,
+    plot_partitions,
+    plot_slowdowns,
+    policy_colour,
+    save_figure,
+    stage_colours,
+    use_agg,
+)
 from rlpipe.seeds import EPISODE_SEED_STRIDE
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 5, seed: int = 0,
@@ -28,37 +44,58 @@ def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 
     ``speedup_vs_static`` compares throughput (iterations per second, stalls included) with the
     ``static`` policy on the same episodes; static runs even when not asked for.
     """
-    env = RepartitionEnv(config or EnvConfig())
+    config = config or EnvConfig()
     names = list(dict.fromkeys(policies))
     run_names = names if "static" in names else names + ["static"]
     loaded = {name: make_policy(name) for name in run_names}
-    results: dict[str, Any] = {"scenarios": {}, "timelines": {}}
-    bar = tqdm(total=len(scenarios) * len(run_names) * episodes, desc="evaluate", unit="episode",
-               disable=not progress)
+    envs = environments(loaded, config)
     for scenario in scenarios:
-        runs: dict[str, list[EpisodeResult]] = {}
-        for name in run_names:
-            runs[name] = []
-            for episode in range(episodes):
+        check_scenario(scenario, config.min_stages)
+    results: dict[str, Any] = {"scenarios": {}, "timelines": {}, "episodes": episodes}
+    with tqdm(total=len(scenarios) * len(run_names) * episodes, desc="evaluate", unit="episode",
+              disable=not progress) as bar:
+        for scenario in scenarios:
+            runs: dict[str, list[EpisodeResult]] = {}
+            for name in run_names:
                 bar.set_postfix_str(f"{scenario} {name}")
-                runs[name].append(run_episode(env, loaded[name], seed * EPISODE_SEED_STRIDE + episode, scenario,
-                                              record=episode == 0))
-                bar.update()
-        static_speed = np.array([r.iterations_per_s for r in runs["static"]])
-        table = {}
-        for name in names:
-            eff = np.array([r.efficiency for r in runs[name]])
-            table[name] = {
-                "efficiency_mean": float(eff.mean()),
-                "efficiency_ci95": float(1.96 * eff.std(ddof=1) / math.sqrt(len(eff))) if len(eff) > 1 else 0.0,
-                "speedup_vs_static": float(np.mean(np.array([r.iterations_per_s for r in runs[name]]) / static_speed)),
-                "repartitions_per_hour": float(np.mean([r.repartitions_per_hour for r in runs[name]])),
-                "stall_s_per_hour": float(np.mean([r.stall_s_per_hour for r in runs[name]])),
-            }
-        results["scenarios"][scenario] = table
-        results["timelines"][scenario] = {name: runs[name][0].timeline for name in names}
-    bar.close()
+                runs[name] = []
+                for episode in range(episodes):
+                    runs[name].append(run_episode(envs[name], loaded[name], seed * EPISODE_SEED_STRIDE + episode,
+                                                  scenario, record=episode == 0))
+                    bar.update()
+            results["scenarios"][scenario] = {name: _metrics(runs[name], runs["static"]) for name in names}
+            results["timelines"][scenario] = {name: runs[name][0].timeline for name in names}
     return results
+
+
+def environments(policies: dict[str, Policy], config: EnvConfig) -> dict[str, RepartitionEnv]:
+    """An environment for each policy, laid out as it reads observations (a learned policy: as it was
+    trained; a heuristic: room for every stage). Same seeds, same episodes, whatever the layout."""
+    built: dict[tuple[int, int], RepartitionEnv] = {}
+    chosen = {}
+    for name, policy in policies.items():
+        layout = policy.observation_layout or (max(config.s_max, config.max_stages), config.history)
+        if layout[0] < config.max_stages:
+            raise InputError(f"policy '{name}' was trained for pipelines of up to {layout[0]} stages, these "
+                             f"episodes have up to {config.max_stages} (the heuristics have no such limit)")
+        if layout not in built:
+            built[layout] = RepartitionEnv(replace(config, s_max=layout[0], history=layout[1]))
+        chosen[name] = built[layout]
+    return chosen
+
+
+def _metrics(runs: list[EpisodeResult], static: list[EpisodeResult]) -> dict[str, float]:
+    efficiency = np.array([r.efficiency for r in runs])
+    speed = np.array([r.iterations_per_s for r in runs])
+    static_speed = np.array([r.iterations_per_s for r in static])
+    return {
+        "efficiency_mean": float(efficiency.mean()),
+        "efficiency_ci95": float(1.96 * efficiency.std(ddof=1) / math.sqrt(len(efficiency)))
+        if len(efficiency) > 1 else 0.0,
+        "speedup_vs_static": float(np.mean(speed / static_speed)),
+        "repartitions_per_hour": float(np.mean([r.repartitions_per_hour for r in runs])),
+        "stall_s_per_hour": float(np.mean([r.stall_s_per_hour for r in runs])),
+    }
 
 
 def to_markdown(results: dict[str, Any]) -> str:
@@ -78,65 +115,84 @@ def to_markdown(results: dict[str, Any]) -> str:
 
 def write_report(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
     """``results.json``, ``results.md`` and PNG plots into ``out_dir``; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"scenarios": results["scenarios"]}, indent=1) + "\n")
-    plots = [out / "efficiency.png"]
     (out / "results.md").write_text("# Evaluation\n\n" + to_markdown(results) + "\n![efficiency](efficiency.png)\n")
-
-    scenarios = list(results["scenarios"])
-    policies = list(next(iter(results["scenarios"].values())))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(scenarios) * len(policies) / 2), 4))
-    width = 0.8 / len(policies)
-    for k, name in enumerate(policies):
-        means = [results["scenarios"][s][name]["efficiency_mean"] for s in scenarios]
-        errors = [results["scenarios"][s][name]["efficiency_ci95"] for s in scenarios]
-        ax.bar(np.arange(len(scenarios)) + k * width, means, width, yerr=errors, label=name, capsize=2)
-    ax.set_xticks(np.arange(len(scenarios)) + width * (len(policies) - 1) / 2, scenarios)
-    ax.set_ylabel("efficiency (1.0 = clairvoyant bound)")
-    low = min(m["efficiency_mean"] for t in results["scenarios"].values() for m in t.values())
-    ax.set_ylim(max(0.0, low - 0.05), 1.0)
-    ax.legend(ncol=len(policies), fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(plots[0], dpi=110)
-    plt.close(fig)
-
+    plots = [out / "efficiency.png"]
+    save_figure(plot_efficiency(results["scenarios"], results.get("episodes")), plots[0])
     for scenario, timelines in results.get("timelines", {}).items():
-        path = out / f"timeline_{scenario.replace(':', '_').replace('/', '_')}.png"
-        plot_timeline(timelines, f"{scenario}: first episode", path)
+        path = out / f"timeline_{scenario_slug(scenario)}.png"
+        save_figure(plot_timeline(timelines, f"{scenario}: the first episode, every policy on the same conditions"),
+                    path)
         plots.append(path)
     return [out / "results.json", out / "results.md", *plots]
 
 
-def plot_timeline(timelines: dict[str, dict[str, list]], title: str, path: Path) -> None:
-    """Injected slowdown, per-stage compute time and partition boundaries over one episode."""
-    import matplotlib.pyplot as plt
+def scenario_slug(scenario: str) -> str:
+    """A file-name part for a scenario: the preset's name, or ``trace-STEM`` for ``trace:path/STEM.csv``."""
+    if scenario.startswith("trace:"):
+        return "trace-" + Path(scenario[len("trace:"):]).stem
+    return scenario
 
+
+def plot_efficiency(scenarios: dict[str, dict[str, dict[str, float]]], episodes: int | None) -> Figure:
+    """Grouped bars: mean efficiency per scenario and policy, with 95% confidence intervals."""
+    plt = use_agg()
+    names = list(scenarios)
+    policies = list(next(iter(scenarios.values())))
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.3 * len(names) * max(len(policies), 2) / 2 + 1.5), 4.4))
+    width = 0.8 / len(policies)
+    for k, policy in enumerate(policies):
+        means = [scenarios[s][policy]["efficiency_mean"] for s in names]
+        errors = [scenarios[s][policy]["efficiency_ci95"] for s in names]
+        ax.bar(np.arange(len(names)) + k * width, means, width, yerr=errors, capsize=2, label=policy,
+               color=policy_colour(policy, k))
+    ax.set_xticks(np.arange(len(names)) + width * (len(policies) - 1) / 2, names)
+    low = min(m["efficiency_mean"] - m["efficiency_ci95"] for t in scenarios.values() for m in t.values())
+    high = max(m["efficiency_mean"] + m["efficiency_ci95"] for t in scenarios.values() for m in t.values())
+    bottom = max(0.0, np.floor((low - 0.02) * 20) / 20)
+    ax.set_ylim(bottom, max(1.0, high) + 0.005)
+    ax.axhline(1.0, color="black", lw=0.6, ls=":")
+    ax.set_ylabel("efficiency (1.0 = clairvoyant bound)")
+    ax.set_xlabel("scenario")
+    over = f" over {episodes} episodes" if episodes else ""
+    note = f"; the y axis starts at {bottom:.2f}, not 0" if bottom > 0 else ""
+    ax.set_title(f"Simulated efficiency by scenario\nbars: mean; error bars: 95% confidence interval{over}{note}",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="policy", title_fontsize=8)
+    return fig
+
+
+def plot_timeline(timelines: dict[str, dict[str, Any]], title: str) -> Figure:
+    """One episode of every policy: the injected slowdowns, each policy's efficiency per interval, and
+    each policy's partition over time (stacked stage sizes, repartitions marked)."""
+    plt = use_agg()
     names = [n for n in timelines if timelines[n].get("time_s")]
-    fig, axes = plt.subplots(2 + len(names), 1, figsize=(10, 2.0 * (2 + len(names))), sharex=True)
     first = timelines[names[0]]
-    minutes = np.array(first["time_s"]) / 60
-    axes[0].step(minutes, np.array(first["slowdown"]), where="pre")
-    axes[0].set_ylabel("slowdown")
+    num_layers = int(first["num_layers"])
+    colours = stage_colours(len(first["boundaries"][0]))
+    fig, axes = plt.subplots(2 + len(names), 1, figsize=(11, 2.1 * (2 + len(names))), sharex=True)
+    minutes = lambda key, timeline: np.array(timeline[key]) / 60  # noqa: E731
+    plot_slowdowns(axes[0], minutes("start_s", first), float(minutes("time_s", first)[-1]), np.array(first["slowdown"]),
+                   colours, "injected")
     axes[0].set_title(title)
-    for name in names:
-        axes[1].plot(np.array(timelines[name]["time_s"]) / 60, timelines[name]["efficiency"], label=name, lw=0.8)
-    axes[1].set_ylabel("efficiency")
-    axes[1].legend(fontsize=7, ncol=len(names))
+    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="stage's device",
+                   title_fontsize=7)
+    for k, name in enumerate(names):
+        axes[1].step(minutes("time_s", timelines[name]), timelines[name]["efficiency"], where="pre", lw=0.9,
+                     color=policy_colour(name, k), label=name)
+    axes[1].set_ylabel("efficiency per interval\n(1 = clairvoyant)")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="policy", title_fontsize=7)
     for ax, name in zip(axes[2:], names):
-        t = np.array(timelines[name]["time_s"]) / 60
-        compute = np.array(timelines[name]["stage_compute_ms"])
-        ax.step(t, compute, where="pre", lw=0.8)
-        ax.set_ylabel(f"{name}\nstage ms")
-        twin = ax.twinx()
-        twin.step(t, np.array(timelines[name]["boundaries"])[:, 1:], where="pre", color="black", lw=0.6, alpha=0.6)
-        twin.set_ylabel("boundaries", fontsize=7)
-    axes[-1].set_xlabel("minutes")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        timeline = timelines[name]
+        starts, boundaries = minutes("start_s", timeline), timeline["boundaries"]
+        plot_partitions(ax, starts, float(minutes("time_s", timeline)[-1]), boundaries, num_layers, colours)
+        moves = [starts[i] for i in range(1, len(boundaries)) if boundaries[i] != boundaries[i - 1]]
+        mark_repartitions(ax, moves)
+        ax.set_title(f"{name}: partition over time ({len(moves)} repartition{'s' * (len(moves) != 1)})",
+                     fontsize=9, loc="left")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes[-1].set_xlabel("simulated time (minutes)")
+    return fig
+

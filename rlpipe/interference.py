@@ -132,6 +132,8 @@ class InterferenceTrace:
         return events
 
     def save_csv(self, path: str | Path) -> None:
+        """Write the trace as ``time_s,device,slowdown`` rows (creating its folder)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["time_s", "device", "slowdown"])
@@ -324,10 +326,17 @@ def generate_scenario(name: str, num_devices: int, duration_s: float = 3600.0, s
     return InterferenceTrace.from_events(events, num_devices, duration_s, name=name)
 
 
-def check_scenario(spec: str) -> None:
-    """Refuse an unknown preset or a malformed trace file before any work starts."""
+def check_scenario(spec: str, min_devices: int | None = None) -> None:
+    """Refuse an unknown preset or a malformed trace file before any work starts; with ``min_devices``,
+    also a trace that disturbs a device a pipeline of that many stages lacks."""
     if spec.startswith("trace:"):
-        load_trace_csv(spec[len("trace:"):])
+        trace = load_trace_csv(spec[len("trace:"):])
+        if min_devices is not None:
+            try:
+                trace.for_devices(min_devices)
+            except InputError as err:
+                raise InputError(f"{err} (pipelines here may have as few as {min_devices} stages: "
+                                 f"ask for at least {trace.num_devices} with --stages)") from None
     elif spec not in PRESETS:
         raise InputError(f"scenario '{spec}': unknown (presets: {', '.join(PRESETS)}; or trace:FILE.csv)")
 

@@ -8,14 +8,21 @@ arguments and returns ``(layers, example_microbatch, target, loss_fn)``:
 - ``target``: the matching target for ``loss_fn``;
 - ``loss_fn(output, target)``: returns a scalar loss.
 
-A user passes it as ``pkg.module:factory``. The built-ins take a layer count and micro-batch size.
+A user passes it as ``pkg.module:factory`` (importable from the working directory or the Python path)
+or ``path/to/file.py:factory``. The built-ins take a layer count and micro-batch size. A model's name
+(what profiles are called) is the built-in's name and layer count, or the factory's module.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -58,7 +65,7 @@ def transformer(num_layers: int = 8, microbatch_size: int = 4, d_model: int = 12
     layers.append(nn.Linear(d_model, vocab))
     tokens = torch.randint(0, vocab, (microbatch_size, seq_len))
     target = torch.roll(tokens, shifts=-1, dims=1)
-    return ModelSpec("transformer", layers, tokens, target, _token_cross_entropy)
+    return ModelSpec(f"transformer{num_layers}", layers, tokens, target, _token_cross_entropy)
 
 
 def mlp(num_layers: int = 8, microbatch_size: int = 32, width: int = 512) -> ModelSpec:
@@ -67,7 +74,7 @@ def mlp(num_layers: int = 8, microbatch_size: int = 32, width: int = 512) -> Mod
     layers.append(nn.Linear(width, 10))
     x = torch.randn(microbatch_size, width)
     target = torch.randint(0, 10, (microbatch_size,))
-    return ModelSpec("mlp", layers, x, target, F.cross_entropy)
+    return ModelSpec(f"mlp{num_layers}", layers, x, target, F.cross_entropy)
 
 
 def cnn(num_layers: int = 8, microbatch_size: int = 8, image: int = 64) -> ModelSpec:
@@ -86,7 +93,7 @@ def cnn(num_layers: int = 8, microbatch_size: int = 8, image: int = 64) -> Model
     layers.append(nn.Sequential(_Flatten2d(), nn.Linear(channels, 10)))
     x = torch.randn(microbatch_size, 3, image, image)
     target = torch.randint(0, 10, (microbatch_size,))
-    return ModelSpec("cnn", layers, x, target, F.cross_entropy)
+    return ModelSpec(f"cnn{num_layers}", layers, x, target, F.cross_entropy)
 
 
 BUILTIN_MODELS: dict[str, Callable[..., ModelSpec]] = {"transformer": transformer, "mlp": mlp, "cnn": cnn}
@@ -94,7 +101,7 @@ BUILTIN_MODELS: dict[str, Callable[..., ModelSpec]] = {"transformer": transforme
 
 def load_model(spec: str, num_layers: int | None = None, microbatch_size: int | None = None,
                seed: int = 0) -> ModelSpec:
-    """Build a built-in model by name, or call a user's ``pkg.module:factory``.
+    """Build a built-in model by name, or call a user's ``pkg.module:factory`` or ``path/to/file.py:factory``.
 
     ``seed`` seeds torch first, so every process that builds the model gets the same parameters.
     """
@@ -108,22 +115,52 @@ def load_model(spec: str, num_layers: int | None = None, microbatch_size: int | 
         return BUILTIN_MODELS[spec](**kwargs)
     if ":" not in spec:
         raise InputError(f"--model '{spec}': not a built-in model ({', '.join(BUILTIN_MODELS)}) "
-                         f"nor a 'pkg.module:factory'")
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InputError(f"--model '{spec}': cannot import module '{module_name}' ({err})") from None
+                         f"nor a 'pkg.module:factory' or 'path/to/file.py:factory'")
+    target, _, attr = spec.rpartition(":")
+    module = _import_module_or_file(target, spec)
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise InputError(f"--model '{spec}': module '{module_name}' has no callable '{attr}'")
+        raise InputError(f"--model '{spec}': {target} has no callable '{attr}'")
     result = factory()
     if not isinstance(result, tuple) or len(result) != 4:
         raise InputError(f"--model '{spec}': the factory must return (layers, example_microbatch, target, loss_fn)")
-    layers, example, target, loss_fn = result
+    layers, example, target_tensor, loss_fn = result
     layer_list = list(layers) if isinstance(layers, (nn.Sequential, list, tuple, nn.ModuleList)) else None
     if not layer_list or not all(isinstance(layer, nn.Module) for layer in layer_list):
         raise InputError(f"--model '{spec}': layers must be an nn.Sequential or a list of nn.Module")
     if not isinstance(example, torch.Tensor) or example.dim() == 0:
         raise InputError(f"--model '{spec}': example_microbatch must be a tensor with a batch dimension")
-    return ModelSpec(attr, layer_list, example, target, loss_fn)
+    name = Path(target).stem if target.endswith(".py") else target.rpartition(".")[2]
+    return ModelSpec(name, layer_list, example, target_tensor, loss_fn)
+
+
+def _import_module_or_file(target: str, spec: str) -> ModuleType:
+    """Import ``pkg.module`` (also from the working directory) or load ``path/to/file.py``.
+
+    The working directory and the file's folder go at the end of ``sys.path``: a user's modules are
+    found there, yet a folder that happens to hold a clone named ``rlpipe`` never shadows the
+    installed package.
+    """
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise InputError(f"--model '{spec}': no such file '{target}'")
+        _append_to_path(str(path.parent.resolve()))  # so the file can import its neighbours
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if module_spec is None or module_spec.loader is None:
+            raise InputError(f"--model '{spec}': '{target}' is not a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+        return module
+    _append_to_path(os.getcwd())
+    try:
+        return importlib.import_module(target)
+    except ImportError as err:
+        raise InputError(f"--model '{spec}': cannot import module '{target}' ({err}); give a module importable "
+                         f"from here or a file, as path/to/file.py:factory") from None
+
+
+def _append_to_path(folder: str) -> None:
+    if folder not in sys.path:
+        sys.path.append(folder)

@@ -86,6 +86,8 @@ class LayerProfile:
                 "layers": [asdict(layer) for layer in self.layers]}
 
     def save(self, path: str | Path) -> None:
+        """Write the profile JSON (creating its folder)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod

@@ -73,3 +73,54 @@ def test_help_explains_every_command():
     for command in ["profile", "partition", "simulate", "scenario"]:
         result = rlpipe(command, "--help")
         assert result.returncode == 0 and "--" in result.stdout
+
+
+def test_partition_takes_slowdowns_like_traces_do():
+    by_slowdown = rlpipe("partition", "--profile", "transformer16", "--stages", "4", "--slowdown", "1,1,2,1", "--json")
+    by_speed = rlpipe("partition", "--profile", "transformer16", "--stages", "4", "--speeds", "1,1,0.5,1", "--json")
+    assert by_slowdown.returncode == 0, by_slowdown.stderr
+    assert json.loads(by_slowdown.stdout)["boundaries"] == json.loads(by_speed.stdout)["boundaries"]
+    refused = rlpipe("partition", "--profile", "transformer16", "--stages", "4", "--slowdown", "1,1,0.5,1")
+    assert refused.returncode == 2 and ">= 1" in refused.stderr
+
+
+def test_free_links_are_said_to_be_free():
+    result = rlpipe("simulate", "--profile", "transformer16", "--boundaries", "0,8")
+    assert result.returncode == 0 and "infinite bandwidth" in result.stdout
+    priced = rlpipe("simulate", "--profile", "transformer16", "--boundaries", "0,8", "--bandwidth-gbps", "1")
+    assert "infinite bandwidth" not in priced.stdout
+
+
+def test_help_answers_what_a_new_user_asks():
+    evaluate = " ".join(rlpipe("evaluate", "--help").stdout.split())
+    assert "2-8" in evaluate and "transformer16" in evaluate
+    train = " ".join(rlpipe("train", "--help").stdout.split())
+    assert "optional" in train and "default" in train
+
+
+def test_heuristics_evaluate_on_more_stages_than_ppo_knows(tmp_path):
+    result = rlpipe("evaluate", "--policies", "static,greedy", "--scenarios", "heavy", "--episodes", "1",
+                    "--stages", "10", "--duration-s", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    refused = rlpipe("evaluate", "--policies", "static,ppo", "--scenarios", "heavy", "--episodes", "1",
+                     "--stages", "10", "--duration-s", "300", "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2 and "up to 8 stages" in refused.stderr and "s_max" not in refused.stderr
+
+
+def test_a_trace_for_a_device_the_pipeline_lacks_is_an_error_on_its_own_line(tmp_path):
+    trace = tmp_path / "wide.csv"
+    trace.write_text("time_s,device,slowdown\n10,5,2.0\n")
+    result = rlpipe("evaluate", "--policies", "static", "--scenarios", f"none,trace:{trace}", "--episodes", "1",
+                    "--stages", "4", "--duration-s", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("rlpipe evaluate: error:") and "device 5" in last and "--stages" in last
+
+
+def test_a_trace_scenario_names_its_timeline_after_the_file(tmp_path):
+    trace = tmp_path / "my-trace.csv"
+    trace.write_text("time_s,device,slowdown\n10,1,2.0\n")
+    result = rlpipe("evaluate", "--policies", "static", "--scenarios", f"trace:{trace}", "--episodes", "1",
+                    "--stages", "2", "--duration-s", "300", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "timeline_trace-my-trace.png").exists()

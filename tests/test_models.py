@@ -26,10 +26,30 @@ def test_same_seed_builds_the_same_parameters():
 def test_user_factory_is_loaded_by_module_path():
     spec = load_model("user_models:tiny")
     assert len(spec.layers) == 5 and spec.example_microbatch.shape == (4, 8)
+    assert spec.name == "user_models"  # named after its module, not the function
+
+
+FACTORY = ("import torch\nfrom torch import nn\n\n\ndef build():\n"
+           "    layers = [nn.Linear(4, 4), nn.Linear(4, 2)]\n"
+           "    return layers, torch.randn(3, 4), torch.randn(3, 2), nn.functional.mse_loss\n")
+
+
+def test_user_factory_is_loaded_by_file_path(tmp_path):
+    (tmp_path / "mlp6.py").write_text(FACTORY)
+    spec = load_model(f"{tmp_path / 'mlp6.py'}:build")
+    assert len(spec.layers) == 2 and spec.name == "mlp6"
+
+
+def test_a_module_in_the_working_directory_is_found(tmp_path, monkeypatch):
+    (tmp_path / "mlp7.py").write_text(FACTORY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    assert load_model("mlp7:build").name == "mlp7"
 
 
 @pytest.mark.parametrize("spec, message", [
     ("no_such_module_xyz:factory", "cannot import"),
+    ("missing/file.py:factory", "no such file"),
     ("user_models:missing", "no callable"),
     ("user_models:broken", "must return"),
     ("resnet", "not a built-in"),

@@ -31,4 +31,7 @@ def test_quick_start_runs_as_written(tmp_path):
         result = subprocess.run(shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=600)
         assert result.returncode == 0, f"{command}\n{result.stderr[-2000:]}"
-    assert (tmp_path / "eval" / "results.md").exists() and (tmp_path / "report" / "timeline.png").exists()
+    out = tmp_path / "out"
+    assert (out / "eval" / "results.md").exists() and (out / "report" / "timeline.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["configs", "out"]  # nothing lands beside out/
+    assert "out/" in (ROOT / ".gitignore").read_text().splitlines()

@@ -13,3 +13,23 @@ def tiny():
 
 def broken():
     return "not a tuple"
+
+
+class _LossThatFailsLater:
+    """Mean-squared error that raises after a number of calls: only the last stage computes the loss
+    during training, so that stage fails first."""
+
+    def __init__(self, calls_before_failing: int):
+        self.calls_left = calls_before_failing
+
+    def __call__(self, output, target):
+        self.calls_left -= 1
+        if self.calls_left < 0:
+            raise RuntimeError("the loss failed on purpose")
+        return nn.functional.mse_loss(output, target)
+
+
+def fails_on_the_last_stage():
+    """``tiny`` whose loss fails in the 5th iteration of 4 micro-batches (the start-up profile calls it 5 times)."""
+    layers, x, target, _ = tiny()
+    return layers, x, target, _LossThatFailsLater(5 + 4 * 4)

@@ -10,12 +10,11 @@ from rlpipe.errors import InputError
 HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "oracle": OraclePolicy}
 
 
-def make_policy(spec: str, strict: bool = True, live: bool = False) -> Policy:
+def make_policy(spec: str, live: bool = False) -> Policy:
     """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``oracle``, ``ppo`` or ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
-        strict: ``False`` lets a PPO artifact that does not load fall back to dynpipe instead of raising.
         live: the policy will drive a live pipeline: a simulation-only policy is refused.
     """
     name, _, path = spec.partition(":")
@@ -25,7 +24,7 @@ def make_policy(spec: str, strict: bool = True, live: bool = False) -> Policy:
     elif name == "ppo":
         from rlpipe.agents.deployed import load_deployed_policy
 
-        policy = load_deployed_policy(path or None, strict=strict)
+        policy = load_deployed_policy(path or None)  # a named artifact must load: InputError if not
     else:
         raise InputError(f"policy '{spec}': unknown (choose from {', '.join(HEURISTICS)}, ppo, ppo:PATH)")
     if live and not policy.live:

@@ -82,7 +82,8 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
     weights = path / "policy.pt" if path.is_dir() else path.with_suffix(".pt")
     metadata = weights.with_suffix(".json")
     if not weights.exists() or not metadata.exists():
-        raise InputError(f"{path}: no policy artifact here (need {weights.name} and {metadata.name})")
+        raise InputError(f"{path}: no policy artifact there (a folder written by 'rlpipe train --out', "
+                         f"holding {weights.name} and {metadata.name})")
     try:
         meta = ArtifactMeta(**json.loads(metadata.read_text()))
     except (json.JSONDecodeError, TypeError) as err:

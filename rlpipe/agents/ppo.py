@@ -132,8 +132,15 @@ class EfficiencyEvalCallback(BaseCallback):
         self.history: list[tuple[int, float]] = []
 
     def _on_step(self) -> bool:
-        if self.n_calls % self.every_calls:
-            return True
+        if self.n_calls % self.every_calls == 0:
+            self._evaluate()
+        return True
+
+    def _on_training_end(self) -> None:
+        if not self.history or self.history[-1][0] != self.num_timesteps:  # a short run is scored at its end
+            self._evaluate()
+
+    def _evaluate(self) -> None:
         policy = SB3Policy(self.model)
         score = float(np.mean([run_episode(self.env, policy, seed, scenario).efficiency
                                for scenario, seed in self.episodes]))
@@ -145,15 +152,15 @@ class EfficiencyEvalCallback(BaseCallback):
             self.best = score
             (self.out / "best").mkdir(parents=True, exist_ok=True)
             self.model.save(self.out / "best" / "best_model.zip")
-        return True
 
 
 def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Path:
     """Train MaskablePPO, keep the best model on held-out seeds, export ``policy.pt`` / ``policy.json``.
 
-    Writes under ``out_dir``: ``best/`` and ``checkpoints/`` (SB3 zips), ``eval/efficiency.json``
-    (held-out efficiency over training), ``tb/`` (TensorBoard), ``final_model.zip``, ``policy.pt``
-    and ``policy.json``.
+    Writes under ``out_dir``: ``eval/efficiency.json`` (held-out efficiency every ``eval_freq`` steps and
+    at the end), ``best/best_model.zip`` (the best of those), ``checkpoints/`` (every ``checkpoint_freq``
+    steps, if the run is that long), ``tb/`` (TensorBoard), ``final_model.zip`` (the last weights, also
+    written when interrupted) and the deploy artifact ``policy.pt`` / ``policy.json`` (from the best).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +184,9 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         model.learn(total_timesteps=config.n_timesteps, callback=callbacks, progress_bar=progress)
     finally:  # an interrupted run keeps what it learned
         model.save(out / "final_model.zip")
+        checkpoints = out / "checkpoints"
+        if checkpoints.is_dir() and not any(checkpoints.iterdir()):  # a run shorter than checkpoint_freq
+            checkpoints.rmdir()
     best = out / "best" / "best_model.zip"
     if best.exists():
         model = MaskablePPO.load(best, device="cpu")

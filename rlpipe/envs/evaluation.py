@@ -8,6 +8,7 @@ methods can be scored here, a heuristic, the deployed PPO actor or a model still
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +27,15 @@ class EpisodeResult:
         iterations_per_s: training iterations per simulated second, migration stalls included.
         repartitions_per_hour: repartitions per simulated hour.
         stall_s_per_hour: seconds of migration stall per simulated hour.
-        timeline: per interval, when recorded: time_s, boundaries, slowdown, stage_compute_ms, efficiency.
+        timeline: when recorded, the model's num_layers and per interval: start_s and time_s (its start
+            and end, simulated s), boundaries, slowdown (at its end), stage_compute_ms, efficiency.
     """
 
     efficiency: float
     iterations_per_s: float
     repartitions_per_hour: float
     stall_s_per_hour: float
-    timeline: dict[str, list] = field(default_factory=dict)
+    timeline: dict[str, Any] = field(default_factory=dict)
 
 
 def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, record: bool = False) -> EpisodeResult:
@@ -41,10 +43,11 @@ def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, r
     observation, info = env.reset(seed=seed, options={"scenario": scenario})
     policy.reset()
     efficiencies: list[float] = []
-    timeline: dict[str, list] = {"time_s": [], "boundaries": [], "slowdown": [], "stage_compute_ms": [],
-                                 "efficiency": []}
+    timeline: dict[str, Any] = {"num_layers": env.planner.num_layers, "start_s": [], "time_s": [],
+                                "boundaries": [], "slowdown": [], "stage_compute_ms": [], "efficiency": []}
     done = False
     while not done:
+        start_s = env.time_s
         context = DecisionContext(env.encoder, env.boundaries, env.future())
         decision = policy.act(observation, env.action_masks(), context)
         if isinstance(decision, tuple):
@@ -54,6 +57,7 @@ def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, r
         efficiencies.append(info["efficiency"])
         done = terminated or truncated
         if record:
+            timeline["start_s"].append(start_s)
             timeline["time_s"].append(info["time_s"])
             timeline["boundaries"].append(list(info["boundaries"]))
             timeline["slowdown"].append(info["slowdown"].tolist())

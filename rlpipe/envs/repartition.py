@@ -75,7 +75,8 @@ class EnvConfig:
         if not 1 <= self.min_stages <= self.max_stages:
             raise InputError(f"stages: need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}")
         if self.max_stages > self.s_max:
-            raise InputError(f"max_stages {self.max_stages} exceeds s_max {self.s_max}")
+            raise InputError(f"pipelines of up to {self.max_stages} stages do not fit an observation with room "
+                             f"for {self.s_max} (s_max)")
         if self.interval_iterations < 1 or self.duration_s <= 0:
             raise InputError("interval_iterations must be >= 1 and duration_s > 0")
         if not self.scenarios or not self.microbatches or not self.schedules:

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass, field, fields
 
 from rlpipe.errors import InputError
-from rlpipe.partition import SCHEDULES
+from rlpipe.partition import SCHEDULES, Partition
 
 
 @dataclass
@@ -50,7 +50,7 @@ class RunConfig:
     profile: str | None = None
     seed: int = 0
     lr: float = 1e-3
-    interval: int = 5
+    interval: int = 10
     log: str | None = None
     repartition_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
     save_params: str | None = None
@@ -99,21 +99,32 @@ def _repartition(text: str) -> tuple[int, tuple[int, ...]]:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same."""
-    parser.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn) or pkg.module:factory")
-    parser.add_argument("--layers", type=int, help="layer count of a built-in model")
+    """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same. Defaults come from
+    :class:`RunConfig`."""
+    from rlpipe.interference import PRESETS
+    from rlpipe.runtime.injection import INJECTION_MODES
+
+    d = RunConfig()
+    parser.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn), pkg.module:factory "
+                        "or path/to/file.py:factory (see README, 'Your own model')")
+    parser.add_argument("--layers", type=int, help="layer count of a built-in model (default 8)")
     parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
-    parser.add_argument("--microbatches", type=int, default=4, help="micro-batches per iteration (default 4)")
-    parser.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
-    parser.add_argument("--iterations", type=int, default=20, help="training iterations (default 20)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=d.schedule,
+                        help=f"pipeline schedule (default {d.schedule})")
+    parser.add_argument("--microbatches", type=int, default=d.microbatches,
+                        help=f"micro-batches per iteration (default {d.microbatches})")
+    parser.add_argument("--batch", type=int, default=d.batch, help=f"samples per iteration (default {d.batch})")
+    parser.add_argument("--iterations", type=int, default=d.iterations,
+                        help=f"training iterations (default {d.iterations})")
     parser.add_argument("--boundaries", type=_boundaries, help="first layer of each stage, e.g. 0,4,9,13 "
                         "(default: the optimal partition of the profile)")
     parser.add_argument("--profile", help="profile JSON or shipped name for the initial partition "
                         "(default: measure now)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of parameters and synthetic data (default 0)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    parser.add_argument("--interval", type=int, default=5, help="iterations per statistics interval (default 5)")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help=f"seed of parameters and synthetic data (default {d.seed})")
+    parser.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
+    parser.add_argument("--interval", type=int, default=d.interval,
+                        help=f"iterations per statistics interval and controller decision (default {d.interval})")
     parser.add_argument("--log", "--log-file", dest="log", help="write one JSON record per interval to this "
                         "JSONL file (under torchrun, spell it --log-file: torchrun claims --log)")
     parser.add_argument("--repartition-at", nargs="+", action="extend", type=_repartition, default=[],
@@ -121,16 +132,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "e.g. 10:0,3,8 (several after one flag, or the flag repeated)")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
     parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
-                        "greedy, dynpipe, ppo (the shipped default) or ppo:PATH (default: none, only --repartition-at)")
-    parser.add_argument("--interference", help="inject a scenario preset (light, heavy, bursty, drift, periodic) "
-                        "or trace:FILE.csv on the stages")
-    parser.add_argument("--inject", choices=["throttle", "colocate"], default="throttle",
+                        "greedy, dynpipe, ppo (the shipped default) or ppo:PATH (a folder written by rlpipe train; "
+                        "default: none, only --repartition-at)")
+    parser.add_argument("--interference", help=f"inject a scenario preset ({', '.join(PRESETS)}) or "
+                        "trace:FILE.csv on the stages (default: none)")
+    parser.add_argument("--inject", choices=INJECTION_MODES, default=d.inject,
                         help="throttle: stretch compute by the slowdown (reproducible); colocate: run a competing "
-                        "process on the stage's core while slowed (default throttle)")
-    parser.add_argument("--time-scale", type=float, default=12.0,
-                        help="trace seconds per second of run time (default 12: 5 minutes replay an hour)")
-    parser.add_argument("--migration-overhead-s", type=float, default=0.1,
-                        help="fixed cost of a repartition the controller plans with, s (default 0.1)")
+                        f"process on the stage's core while slowed (default {d.inject})")
+    parser.add_argument("--time-scale", type=float, default=d.time_scale,
+                        help=f"trace seconds per second of run time (default {d.time_scale:g}: "
+                        f"{60 / d.time_scale:g} minutes replay an hour)")
+    parser.add_argument("--migration-overhead-s", type=float, default=d.migration_overhead_s,
+                        help="fixed cost of a repartition the controller plans with, s "
+                        f"(default {d.migration_overhead_s})")
     parser.add_argument("--checkpoint-every", type=int, help="save model, optimizer, partition and iteration "
                         "every N iterations (needs --checkpoint-dir)")
     parser.add_argument("--checkpoint-dir", help="folder for checkpoints")
@@ -151,7 +165,26 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise InputError("--checkpoint-every: needs a value >= 1 and --checkpoint-dir")
     if config.time_scale <= 0:
         raise InputError(f"--time-scale: must be > 0, got {config.time_scale}")
+    return config
+
+
+def check_against_model(config: RunConfig, num_layers: int) -> None:
+    """The checks that need the model's layer count, the structural ones first (a user fixing the first
+    error should not meet a deeper one next): stages against layers, every given partition, then
+    what the schedule needs."""
+    if config.stages > num_layers:
+        raise InputError(f"--stages {config.stages}: more stages than the model's {num_layers} layers")
+    for label, boundaries in [("--boundaries", config.boundaries)] + [
+            (f"--repartition-at {it}", b) for it, b in config.repartition_at.items()]:
+        if boundaries is None:
+            continue
+        if len(boundaries) != config.stages:
+            raise InputError(f"{label} {','.join(map(str, boundaries))}: {len(boundaries)} stages, "
+                             f"the run has {config.stages}")
+        try:
+            Partition(tuple(boundaries), num_layers)
+        except InputError as err:
+            raise InputError(f"{label}: {err} (the model has {num_layers} layers)") from None
     if config.schedule == "1f1b" and config.microbatches < config.stages:
         raise InputError(f"--microbatches {config.microbatches}: 1F1B needs at least as many micro-batches "
                          f"as stages ({config.stages})")
-    return config

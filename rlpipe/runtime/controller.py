@@ -34,7 +34,7 @@ class Controller:
 
     def __init__(self, policy_spec: str, profile: LayerProfile, num_stages: int, schedule: str, microbatches: int,
                  migration: MigrationCost):
-        self.policy = make_policy(policy_spec, strict=False, live=True)
+        self.policy = make_policy(policy_spec, live=True)
         s_max, history = self.policy.observation_layout or (DEFAULT_S_MAX, DEFAULT_HISTORY)
         planner = Planner(profile, num_stages, schedule, microbatches, migration=migration)
         self.encoder = ObservationEncoder(planner, max(s_max, num_stages), history)

@@ -11,15 +11,15 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from rlpipe.errors import InputError
 from rlpipe.models import BUILTIN_MODELS, load_model
-from rlpipe.partition import Partition
 from rlpipe.profile import load_profile
 from rlpipe.runtime import checkpoint
-from rlpipe.runtime.config import RunConfig
-from rlpipe.runtime.processes import die_with_parent
+from rlpipe.runtime.config import RunConfig, check_against_model
+from rlpipe.runtime.processes import FAILURE_DIR_ENV, die_with_parent, first_failure, stage_command
 
 
 def free_port() -> int:
@@ -32,24 +32,11 @@ def validate(config: RunConfig) -> None:
     """Refuse a run that cannot work before any process starts (one-line InputError)."""
     spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed)
     num_layers = len(spec.layers)
-    if config.stages > num_layers:
-        raise InputError(f"--stages {config.stages}: more stages than the model's {num_layers} layers")
-    is_factory = config.model not in BUILTIN_MODELS
+    check_against_model(config, num_layers)
     microbatch_size = spec.example_microbatch.shape[0]
-    if is_factory and microbatch_size * config.microbatches != config.batch:
+    if config.model not in BUILTIN_MODELS and microbatch_size * config.microbatches != config.batch:
         raise InputError(f"--batch {config.batch}: the factory's micro-batch of {microbatch_size} "
                          f"x {config.microbatches} micro-batches makes {microbatch_size * config.microbatches}")
-    for label, boundaries in [("--boundaries", config.boundaries)] + [
-            (f"--repartition-at {it}", b) for it, b in config.repartition_at.items()]:
-        if boundaries is None:
-            continue
-        if len(boundaries) != config.stages:
-            raise InputError(f"{label} {','.join(map(str, boundaries))}: {len(boundaries)} stages, "
-                             f"the run has {config.stages}")
-        try:
-            Partition(tuple(boundaries), num_layers)
-        except InputError as err:
-            raise InputError(f"{label}: {err} (the model has {num_layers} layers)") from None
     if config.resume:
         _, meta = checkpoint.latest(config.resume)
         checkpoint.check_compatible(meta, config, config.resume)
@@ -59,7 +46,7 @@ def validate(config: RunConfig) -> None:
     if config.policy:
         from rlpipe.agents import make_policy
 
-        make_policy(config.policy, strict=False, live=True)
+        make_policy(config.policy, live=True)  # an artifact the user names must load now
     if config.interference:
         from rlpipe.interference import load_scenario
 
@@ -71,32 +58,32 @@ def validate(config: RunConfig) -> None:
 
 
 def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
-    """Start the stage processes and wait; returns 0 on success, 1 if a rank failed."""
+    """Start the stage processes and wait; returns 0 on success, 1 if a rank failed (named on stderr)."""
     validate(config)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "WORLD_SIZE": str(config.stages), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "rlpipe.runtime", *config.to_argv()]
-    processes = [subprocess.Popen(command, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                  preexec_fn=die_with_parent) for rank in range(config.stages)]
-    try:
-        while True:
-            codes = [p.poll() for p in processes]
-            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
-                _stop(processes, grace_s)
-                reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-                print(f"rlpipe run: error: stage process rank {rank} died ({reason}); the run was stopped",
-                      file=sys.stderr)
-                return 1
-            if all(code == 0 for code in codes):
-                return 0
-            time.sleep(poll_s)
-    except KeyboardInterrupt:
-        _stop(processes, grace_s)
-        raise
-    finally:
-        _stop(processes, grace_s)
+    with tempfile.TemporaryDirectory(prefix="rlpipe-failures-") as failure_dir:
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+               "WORLD_SIZE": str(config.stages), "OMP_NUM_THREADS": "1", FAILURE_DIR_ENV: failure_dir}
+        command = stage_command(config.to_argv())
+        processes = [subprocess.Popen(command, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                      preexec_fn=die_with_parent) for rank in range(config.stages)]
+        try:
+            while True:
+                codes = [p.poll() for p in processes]
+                if any(code not in (None, 0) for code in codes):
+                    killed = [(rank, -code) for rank, code in enumerate(codes) if code is not None and code < 0]
+                    _stop(processes, grace_s)
+                    rank, why = first_failure(failure_dir, killed)
+                    if rank < 0:  # no stage said why: name the first one found dead
+                        rank = next(r for r, code in enumerate(codes) if code not in (None, 0))
+                        why = f"exit code {codes[rank]}"
+                    print(f"rlpipe run: error: stage process rank {rank} failed first ({why}); "
+                          f"the run was stopped", file=sys.stderr)
+                    return 1
+                if all(code == 0 for code in codes):
+                    return 0
+                time.sleep(poll_s)
+        finally:
+            _stop(processes, grace_s)
 
 
 def _stop(processes: list[subprocess.Popen], grace_s: float) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import IO
 
 import numpy as np
@@ -22,10 +23,11 @@ from rlpipe.models import load_model
 from rlpipe.partition import optimal_partition
 from rlpipe.profile import LayerProfile, load_profile, measure_profile
 from rlpipe.runtime import checkpoint
-from rlpipe.runtime.config import RunConfig
+from rlpipe.runtime.config import RunConfig, check_against_model
 from rlpipe.runtime.controller import Controller
 from rlpipe.runtime.injection import Injector
 from rlpipe.runtime.interval import IntervalMeter, StageReport, exchange_reports, interval_statistics, log_record
+from rlpipe.runtime.progress import RunProgress
 from rlpipe.runtime.stage import StageWorker
 from rlpipe.seeds import DATA_SEED_STRIDE, TARGET_SEED_OFFSET
 from rlpipe.simulator import MigrationCost
@@ -98,6 +100,7 @@ class Trainer:
         if self.world != config.stages:
             raise RuntimeError(f"{self.world} processes were started for {config.stages} stages")
         self.spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed)
+        check_against_model(config, len(self.spec.layers))  # under torchrun no launcher checked it
         boundaries, self.profiled_ms, profile = initial_boundaries(
             config, self.spec.layers, self.spec.example_microbatch, self.spec.target, self.spec.loss_fn,
             self.rank, self.world)
@@ -119,10 +122,14 @@ class Trainer:
             checkpoint.load_rank(resumed, self.rank, self.stage.modules, self.stage.owned_layers(),
                                  self.stage.optimizer)
         self.controller = self._make_controller(profile) if self.rank == 0 and config.policy else None
+        self.progress: RunProgress | None = None
         if self.rank == 0:
-            self.log = open(config.log, "a" if config.resume else "w") if config.log else None
+            if config.log:
+                Path(config.log).parent.mkdir(parents=True, exist_ok=True)
+                self.log = open(config.log, "a" if config.resume else "w")
             print(f"rlpipe run: {self.world} stages {list(boundaries)}, {config.schedule}, "
                   f"{config.microbatches} micro-batches; p2p {self.bandwidth_gbps:.2f} Gbit/s", flush=True)
+            self.progress = RunProgress(self.first_iteration, config.iterations, config.log)
         self.meter = IntervalMeter()
         self.start = time.perf_counter()
 
@@ -149,6 +156,7 @@ class Trainer:
         if config.save_params:
             params = self.stage.gather_parameters()
             if self.rank == 0:
+                Path(config.save_params).parent.mkdir(parents=True, exist_ok=True)
                 torch.save(params, config.save_params)
 
     def train_iteration(self, iteration: int) -> None:
@@ -175,13 +183,12 @@ class Trainer:
                           float(self.profiled_ms[owned.start:owned.stop].sum()), tuple(losses))
         reports = exchange_reports(own, self.world)
         stats = interval_statistics(reports, meter, iteration, self.stage.boundaries, config.microbatches)
-        target = None
-        if config.policy and iteration < config.iterations:
-            target = self.broadcast_decision(stats)
+        decides = bool(config.policy) and iteration < config.iterations  # the last interval has no next one
+        target = self.broadcast_decision(stats) if decides else None
         if self.rank == 0:
             run_losses = list(reports[-1].losses[:meter.iterations])
             self.publish(log_record(stats, run_losses, time.perf_counter() - self.start, config.batch,
-                                    meter.repartitions))
+                                    meter.repartitions), decides)
         self.meter = IntervalMeter()
         if target is not None and target != self.stage.boundaries:
             self.repartition(target, iteration)
@@ -194,25 +201,22 @@ class Trainer:
         dist.broadcast(message, 0)
         return tuple(int(b) for b in message.tolist())
 
-    def publish(self, record: dict) -> None:
-        """Rank 0: complete an interval's record, append it to the log, show progress."""
+    def publish(self, record: dict, decided: bool) -> None:
+        """Rank 0: complete an interval's record (the decision only if one was made for the next
+        interval), append it to the log, show progress."""
         record["p2p_gbps"] = self.bandwidth_gbps
         if self.injector is not None:
             record["injected_slowdown"] = self.injector.trace.at(self.injector.trace_time_s())[0].tolist()
             record["trace_time_s"] = self.injector.trace_time_s()
         if self.controller is not None:
-            record["decision"] = self.controller.last_decision
+            if decided:
+                record["decision"] = self.controller.last_decision
             record["fallbacks"] = self.controller.fallbacks
         if self.log:
             self.log.write(json.dumps(record) + "\n")
             self.log.flush()
-        line = (f"iter {record['iteration']:>5}  {record['throughput_samples_s']:8.1f} samples/s  "
-                f"loss {record['loss']:.4f}  boundaries {record['boundaries']}")
-        if "repartition" in record:
-            line += f"  repartitioned in {record['repartition']['stall_s']:.3f}s"
-        if "decision" in record:
-            line += f"  next: {record['decision']['action']}"
-        print(line, flush=True)
+        assert self.progress is not None  # rank 0 shows progress
+        self.progress.interval(record)
 
     def repartition(self, target: tuple[int, ...], iteration: int, corrupt: bool = False) -> None:
         """Move layers live to ``target`` (collective); the interval's meter records it."""
@@ -228,7 +232,12 @@ class Trainer:
                         self.stage.owned_layers(), self.stage.optimizer, meta)
 
     def close(self) -> None:
-        """Tear down: the log, any competing process, the process group."""
+        """Tear down: the progress bar (with the run's summary), the log, any competing process, the
+        process group."""
+        if self.progress is not None:
+            summary = self.progress.close()
+            if self.progress.bar.n >= self.config.iterations:
+                print(summary, flush=True)
         if self.log:
             self.log.close()
         if self.injector is not None:  # a competing process never outlives its stage

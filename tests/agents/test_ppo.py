@@ -107,3 +107,14 @@ def test_the_shipped_default_policy_loads_and_acts():
     action = policy.act(observation, env.action_masks(), DecisionContext(env.encoder, env.boundaries))
     assert env.action_masks()[action] and not policy.fallbacks
     assert policy_path.with_suffix(".json").exists()
+
+
+@pytest.mark.slow
+def test_a_short_run_still_scores_keeps_its_best_and_leaves_no_empty_folder(tmp_path):
+    config = TrainConfig(n_timesteps=512, n_envs=2, n_steps=128, batch_size=128, n_epochs=1, eval_episodes=1,
+                         env_kwargs={"duration_s": 300})  # eval_freq and checkpoint_freq far beyond the run
+    train(config, tmp_path, progress=False)
+    history = json.loads((tmp_path / "eval" / "efficiency.json").read_text())
+    assert len(history) == 1 and history[0][0] >= 512  # scored once, at the end
+    assert (tmp_path / "best" / "best_model.zip").exists() and not (tmp_path / "checkpoints").exists()
+    assert json.loads((tmp_path / "policy.json").read_text())["training"]["selected"] == "best on held-out seeds"

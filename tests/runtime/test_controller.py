@@ -42,7 +42,9 @@ def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     assert summarize(records)["repartitions"] >= 1
     latencies = [r["decision"]["latency_ms"] for r in records[:-1]]
     assert sorted(latencies)[len(latencies) // 2] < 5.0
-    assert "next:" in stdout  # progress shows the last decision
+    assert "decision" not in records[-1]  # the run's last interval has no next one to decide for
+    summary = stdout.strip().splitlines()[-1]
+    assert summary.startswith("rlpipe run: 80 iterations") and "repartition" in summary and str(log) in summary
 
 
 @pytest.mark.slow
@@ -58,13 +60,21 @@ def test_static_keeps_the_partition_and_report_compares_runs(tmp_path):
     assert files[2].stat().st_size > 10_000
 
 
+def test_a_misspelt_ppo_artifact_stops_the_run_at_start_up(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", "--model", "mlp", "--layers", "6",
+                             "--stages", "2", "--policy", "ppo:my-agnet"], capture_output=True, text=True, cwd=tmp_path,
+                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "my-agnet" in result.stderr
+
+
 @pytest.mark.slow
-def test_a_missing_ppo_artifact_falls_back_and_is_logged(tmp_path):
-    log, _ = run(tmp_path, "ppo", "--model", "mlp", "--layers", "6", "--stages", "2", "--microbatches", "4",
-                 "--batch", "16", "--iterations", "8", "--interval", "2", "--policy", f"ppo:{tmp_path / 'none'}")
+def test_ppo_on_more_stages_than_it_was_trained_for_falls_back_and_logs_why(tmp_path):
+    log, _ = run(tmp_path, "ppo", "--model", "mlp", "--layers", "10", "--stages", "9", "--microbatches", "9",
+                 "--batch", "18", "--iterations", "4", "--interval", "2", "--policy", "ppo")
     records = load_run(log)
-    assert summarize(records)["fallbacks"] >= 3
-    assert "artifact unavailable" in records[0]["decision"]["fallback"]
+    assert summarize(records)["fallbacks"] == 1
+    assert "exceed the artifact's s_max 8" in records[0]["decision"]["fallback"]
 
 
 def test_report_refuses_a_malformed_log(tmp_path):
