@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rlpipe.profile import load_profile
-from rlpipe.report import load_run
+from rlpipe.runlog import load_run
 from rlpipe.simulator import PipelineCosts
 
 POLICIES = ["static", "greedy", "dynpipe", "ppo"]

@@ -166,6 +166,10 @@ def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
                              f"{overrides['profile'].num_layers} layers")
         # heuristics read any number of stages: the observation gets room for them all
         overrides.update(min_stages=args.stages, max_stages=args.stages, s_max=max(DEFAULT_S_MAX, args.stages))
+    if getattr(args, "calibration", None):
+        from rlpipe.calibration import Calibration
+
+        overrides["calibration"] = Calibration.load(args.calibration)
     return EnvConfig(**overrides).validate()
 
 
@@ -205,8 +209,14 @@ def cmd_train(args: argparse.Namespace) -> None:
         config.seed = args.seed
     if args.scenarios:
         config.env_kwargs["scenarios"] = _names(args.scenarios, "--scenarios")
+    if args.calibration:
+        config.env_kwargs["calibration"] = args.calibration
     for scenario in config.env_kwargs.get("scenarios", []):
         check_scenario(scenario)
+    if config.env_kwargs.get("calibration"):
+        from rlpipe.calibration import Calibration
+
+        Calibration.load(config.env_kwargs["calibration"])  # a bad file ends here, not in the first episode
     if config.n_timesteps < 1 or config.n_envs < 1:
         raise InputError("--timesteps and --n-envs must be >= 1")
     torch.set_num_threads(1)  # small networks: more threads only contend with the environments
@@ -235,9 +245,45 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     from rlpipe.report import write_report
 
-    files = write_report(args.logs, args.output)
+    calibration = None
+    if args.calibration:
+        from rlpipe.calibration import Calibration
+
+        calibration = Calibration.load(args.calibration)
+    files = write_report(args.logs, args.output, calibration)
     print((files[0]).read_text().split("\n\n![")[0])
     print("wrote " + ", ".join(str(f) for f in files))
+
+
+# --- calibrate -------------------------------------------------------------------------------
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from rlpipe.calibration import calibrated_iteration_ms, fit
+    from rlpipe.runlog import load_run
+
+    runs = [load_run(path) for path in args.logs]
+    calibration = fit(runs, list(args.logs))
+    calibration.save(args.output)
+    before, after = [], []
+    for records in runs:
+        for record, predicted in zip(records, calibrated_iteration_ms(records, calibration), strict=True):
+            if predicted is not None and "predicted_iteration_ms" in record:
+                before.append(abs(record["iteration_ms"] / record["predicted_iteration_ms"] - 1))
+                after.append(abs(record["iteration_ms"] / predicted - 1))
+    c = calibration
+    migration = "no repartition logged" if c.migration_overhead_s is None else f"{c.migration_overhead_s:.3f} s"
+    print(f"fitted {c.intervals} intervals of {c.runs} run(s):")
+    print(f"  measured / predicted stage compute: bias {c.compute_bias:+.3f}, stages differ by "
+          f"{c.stage_bias_spread:.3f} (std), noise sigma {c.noise_sigma:.3f}, outliers {c.outlier_probability:.1%} "
+          f"of intervals (median {c.outlier_scale:+.2f})")
+    print(f"  overheads: {c.op_overhead_ms:.3f} ms per operation, {c.iteration_overhead_ms:.3f} ms per iteration; "
+          f"migration beyond bytes / bandwidth: {migration}; point-to-point {c.p2p_gbps:.2f} Gbit/s")
+    if before:
+        print(f"  median |live / predicted - 1| on these logs: {np.median(before):.3f} uncalibrated, "
+              f"{np.median(after):.3f} calibrated (judge it on other runs: rlpipe report --calibration)")
+    print(f"wrote {args.output}")
 
 
 # --- demo ------------------------------------------------------------------------------------
@@ -344,6 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "2-8, capped by the profile's layers)")
     p.add_argument("--duration-s", type=float, default=3600.0,
                    help="simulated training time per episode, s (default 3600)")
+    p.add_argument("--calibration", help="simulate timers and overheads as this fit from rlpipe calibrate says "
+                   "(default: 3%% lognormal timer noise)")
     p = add("train", cmd_train, "Train a PPO agent offline on the simulated environment and export a deploy "
             "artifact (policy.pt + policy.json).")
     p.add_argument("--config", help="optional YAML hyper-parameters, rl-baselines3-zoo layout, e.g. "
@@ -353,11 +401,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
+    p.add_argument("--calibration", help="a fit from rlpipe calibrate: its measurement model (noise, outliers, "
+                   "stage biases, overheads) joins the timer models training draws from")
     p.add_argument("--out", required=True, help="output folder: checkpoints, best model, TensorBoard logs, artifact")
     p = add("report", cmd_report, "Summarise live-run logs (JSONL from rlpipe run --log): summary.md and a "
             "timeline PNG; several logs are compared side by side.")
     p.add_argument("logs", nargs="+", help="run logs (JSONL)")
     p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--calibration", help="also judge the calibrated simulator (a file from rlpipe calibrate, "
+                   "fitted on other runs) against these runs")
+
+    p = add("calibrate", cmd_calibrate, "Fit what the simulator assumes (measurement noise and bias, overheads, "
+            "migration overhead, point-to-point bandwidth) from live-run logs; train and evaluate can simulate "
+            "with the fit (--calibration).")
+    p.add_argument("logs", nargs="+", help="run logs (JSONL from rlpipe run --log)")
+    p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
 
     p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage transformer pipeline under "
             "injected interference, run once per policy, then a comparison table and plots (~5 minutes).")

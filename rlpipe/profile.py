@@ -17,7 +17,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,19 @@ class LayerProfile:
 
     def state_bytes(self) -> np.ndarray:
         return np.array([layer.state_bytes for layer in self.layers], dtype=np.float64)
+
+    def fwd_ms(self) -> np.ndarray:
+        """Forward time of each layer, ms per micro-batch."""
+        return np.array([layer.fwd_ms for layer in self.layers], dtype=np.float64)
+
+    def bwd_ms(self) -> np.ndarray:
+        """Backward time of each layer, ms per micro-batch."""
+        return np.array([layer.bwd_ms for layer in self.layers], dtype=np.float64)
+
+    def scaled(self, factor: float) -> LayerProfile:
+        """The same model with every forward and backward time multiplied by ``factor``."""
+        return replace(self, layers=tuple(replace(layer, fwd_ms=layer.fwd_ms * factor, bwd_ms=layer.bwd_ms * factor)
+                                          for layer in self.layers))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "microbatch_size": self.microbatch_size,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlpipe.errors import InputError
+from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.plots import (
     mark_repartitions,
     plot_partitions,
@@ -18,73 +18,86 @@ from rlpipe.plots import (
     stage_colours,
     use_agg,
 )
+from rlpipe.runlog import INVALID_OVERRUN_FRACTION, load_run
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-REQUIRED_FIELDS = ("iteration", "wall_s", "boundaries", "throughput_samples_s", "stages")
 
-
-def load_run(path: str | Path) -> list[dict[str, Any]]:
-    """The records of one run log; a malformed line is an error naming the file and line."""
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such run log") from None
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}: line {number}: not JSON ({err.msg})") from None
-        missing = [k for k in REQUIRED_FIELDS if k not in record]
-        if missing:
-            raise InputError(f"{path}: line {number}: missing field(s) {', '.join(missing)}")
-        records.append(record)
-    if not records:
-        raise InputError(f"{path}: no records")
-    return records
-
-
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], calibration: Calibration | None = None) -> dict[str, Any]:
     """Mean throughput (samples/s over the whole run, stalls included), repartitions, stall, fallbacks,
-    median decision latency."""
+    median decision latency, how device time was run, and how well the simulator predicted the run:
+    the median over intervals of |live / predicted iteration time - 1| (also calibrated, if given)."""
     repartitions = [r for rec in records for r in _repartitions(rec)]
     committed = [r for r in repartitions if r.get("committed", True)]
     interval_s = np.array([rec.get("interval_s", 0.0) for rec in records])
     samples = np.array([rec["throughput_samples_s"] * rec.get("interval_s", 0.0) for rec in records])
     fallbacks = records[-1].get("fallbacks", {})
     latencies = [rec["decision"]["latency_ms"] for rec in records if "decision" in rec]
-    return {"iterations": records[-1]["iteration"], "wall_s": records[-1]["wall_s"],
-            "throughput_samples_s": float(samples.sum() / interval_s.sum()) if interval_s.sum() > 0 else 0.0,
-            "repartitions": len(committed), "stall_s": float(sum(r["stall_s"] for r in committed)),
-            "bytes_moved": int(sum(r["bytes_moved"] for r in committed)),
-            "fallbacks": int(sum(fallbacks.values())),
-            "decision_latency_ms": float(np.median(latencies)) if latencies else None,
-            "final_loss": records[-1].get("loss")}
+    header: dict[str, Any] = next((rec["run"] for rec in records if "run" in rec), {})
+    chunks = sum(rec["emulation"]["chunks"] for rec in records if "emulation" in rec)
+    overran = sum(rec["emulation"]["overran"] for rec in records if "emulation" in rec)
+    ratios = [rec["iteration_ms"] / rec["predicted_iteration_ms"] for rec in records if "predicted_iteration_ms" in rec]
+    summary = {"iterations": records[-1]["iteration"], "wall_s": records[-1]["wall_s"],
+               "throughput_samples_s": float(samples.sum() / interval_s.sum()) if interval_s.sum() > 0 else 0.0,
+               "repartitions": len(committed), "stall_s": float(sum(r["stall_s"] for r in committed)),
+               "bytes_moved": int(sum(r["bytes_moved"] for r in committed)),
+               "fallbacks": int(sum(fallbacks.values())),
+               "decision_latency_ms": float(np.median(latencies)) if latencies else None,
+               "final_loss": records[-1].get("loss"),
+               "device_time": header.get("device_time"), "device_time_scale": header.get("device_time_scale"),
+               "oversubscribed": header.get("oversubscribed"),
+               "emulation_overran": overran / chunks if chunks else None,
+               "emulation_valid": overran / chunks <= INVALID_OVERRUN_FRACTION if chunks else None,
+               "fidelity": float(np.median(np.abs(np.array(ratios) - 1))) if ratios else None}
+    if calibration is not None:
+        calibrated = [(rec["iteration_ms"], p) for rec, p in zip(records, calibrated_iteration_ms(records, calibration),
+                                                                 strict=True) if p is not None]
+        summary["calibrated_fidelity"] = (float(np.median([abs(live / p - 1) for live, p in calibrated]))
+                                          if calibrated else None)
+    return summary
 
 
-def write_report(paths: list[str], out_dir: str | Path) -> list[Path]:
-    """``summary.md`` and ``timeline.png`` for one or more runs side by side."""
+def describe_device_time(summary: dict[str, Any]) -> str:
+    """How a run's device time was run, in a few words (for tables)."""
+    if summary["device_time"] == "emulated":
+        validity = "" if summary["emulation_valid"] in (None, True) else ", INVALID"
+        return f"emulated x{summary['device_time_scale']:g} ({summary['emulation_overran']:.1%} overran{validity})"
+    if summary["device_time"] == "real":
+        return "real, oversubscribed" if summary["oversubscribed"] else "real"
+    return "-"
+
+
+def write_report(paths: list[str], out_dir: str | Path, calibration: Calibration | None = None) -> list[Path]:
+    """``summary.md``, ``summary.json`` and ``timeline.png`` for one or more runs side by side."""
     runs = {Path(p).stem: load_run(p) for p in paths}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summaries = {name: summarize(records) for name, records in runs.items()}
+    summaries = {name: summarize(records, calibration) for name, records in runs.items()}
     first = next(iter(summaries.values()))["throughput_samples_s"] or 1.0
-    lines = ["# Run report", "", "| run | iterations | throughput samples/s | vs first | repartitions | stall s | "
-             "bytes moved | fallbacks | decision ms | final loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+    calibrated = " | calibrated" if calibration is not None else ""
+    lines = ["# Run report", "",
+             "Fidelity: the median over intervals of |live / predicted iteration time - 1| (the simulator's "
+             "prediction for the interval's partition, profile and injected slowdowns; warm-up steps left out).", "",
+             f"| run | iterations | throughput samples/s | vs first | repartitions | stall s | bytes moved | fallbacks "
+             f"| decision ms | final loss | device time | fidelity{calibrated} |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if calibration is not None else "")]
     for name, s in summaries.items():
         latency = "-" if s["decision_latency_ms"] is None else f"{s['decision_latency_ms']:.3f}"
         loss = "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"
+        fidelity = "-" if s["fidelity"] is None else f"{s['fidelity']:.3f}"
+        if calibration is not None:
+            fidelity += " | -" if s["calibrated_fidelity"] is None else f" | {s['calibrated_fidelity']:.3f}"
         lines.append(f"| {name} | {s['iterations']} | {s['throughput_samples_s']:.1f} | "
                      f"{s['throughput_samples_s'] / first:.3f} | {s['repartitions']} | {s['stall_s']:.3f} | "
-                     f"{s['bytes_moved']:,} | {s['fallbacks']} | {latency} | {loss} |")
+                     f"{s['bytes_moved']:,} | {s['fallbacks']} | {latency} | {loss} | {describe_device_time(s)} | "
+                     f"{fidelity} |")
+    invalid = [name for name, s in summaries.items() if s["emulation_valid"] is False]
+    if invalid:
+        lines += ["", f"Emulation did not hold in {', '.join(invalid)}: more than {INVALID_OVERRUN_FRACTION:.0%} of "
+                  "compute chunks overran their emulated time; their figures measure the host, not the profile."]
     (out / "summary.md").write_text("\n".join(lines) + "\n\n![timeline](timeline.png)\n")
     (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
-
     save_figure(plot_runs(runs), out / "timeline.png")
     return [out / "summary.md", out / "summary.json", out / "timeline.png"]
 
@@ -97,7 +110,9 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
     num_stages = len(first[0]["boundaries"])
     num_layers = int(sum(s["num_layers"] for s in first[0]["stages"]))
     colours = stage_colours(num_stages)
-    fig, axes = plt.subplots(2 + len(runs), 1, figsize=(11, 2.1 * (2 + len(runs))), sharex=True)
+    predicted = any("predicted_iteration_ms" in r for records in runs.values() for r in records)
+    extra = 3 if predicted else 2
+    fig, axes = plt.subplots(extra + len(runs), 1, figsize=(11, 2.1 * (extra + len(runs))), sharex=True)
     for k, (name, records) in enumerate(runs.items()):
         axes[0].step(_interval_starts(records) + [records[-1]["wall_s"]],
                      [r["throughput_samples_s"] for r in records] + [records[-1]["throughput_samples_s"]],
@@ -113,7 +128,16 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
     else:
         axes[1].text(0.5, 0.5, "no interference injected", ha="center", va="center", transform=axes[1].transAxes)
         axes[1].set_ylabel("injected slowdown")
-    for ax, (name, records) in zip(axes[2:], runs.items()):
+    if predicted:
+        for k, (name, records) in enumerate(runs.items()):
+            kept = [r for r in records if "predicted_iteration_ms" in r]
+            axes[2].plot([r["wall_s"] for r in kept], [r["iteration_ms"] / r["predicted_iteration_ms"] for r in kept],
+                         marker=".", lw=0.9, color=policy_colour(name, k), label=name)
+        axes[2].axhspan(0.9, 1.1, color="grey", alpha=0.15, label="within 10%")
+        axes[2].axhline(1.0, color="black", lw=0.6, ls=":")
+        axes[2].set_ylabel("live / predicted\niteration time")
+        axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run", title_fontsize=7)
+    for ax, (name, records) in zip(axes[extra:], runs.items()):
         starts = _interval_starts(records)
         plot_partitions(ax, starts, records[-1]["wall_s"], [r["boundaries"] for r in records], num_layers, colours)
         moves = [r["wall_s"] - r["interval_s"] for r in records for m in _repartitions(r) if m.get("committed", True)]

@@ -95,8 +95,25 @@ def _operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple
             np.array(producer, dtype=np.int64), np.array(link, dtype=np.int64))
 
 
+@dataclass(frozen=True)
+class Overheads:
+    """What a real pipeline spends beside compute and transfers (``rlpipe calibrate`` fits them).
+
+    Attributes:
+        op_ms: per forward or backward operation, on its stage, not counted as compute: the
+            schedule's own Python, point-to-point calls, timer overshoot, ms.
+        iteration_ms: per iteration, on every stage at its end: optimizer step, gradient reset, ms.
+    """
+
+    op_ms: float = 0.0
+    iteration_ms: float = 0.0
+
+
+NO_OVERHEADS = Overheads()
+
+
 @njit(cache=True)
-def _simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms, link_ms):  # pragma: no cover
+def _simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms, link_ms, op_ms):  # pragma: no cover
     num_stages = fwd_ms.shape[0]
     num_links = max(num_stages - 1, 1)
     end = np.empty(op_stage.shape[0])
@@ -119,7 +136,7 @@ def _simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms
             if arrival > start:
                 comm_wait[s] += arrival - max(start, produced)
                 start = arrival
-        end[i] = start + duration
+        end[i] = start + duration + op_ms
         stage_free[s] = end[i]
         compute[s] += duration
     iteration = stage_free.max()
@@ -127,15 +144,18 @@ def _simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms
 
 
 def simulate_schedule(fwd_ms: np.ndarray, bwd_ms: np.ndarray, link_ms: np.ndarray, schedule: str,
-                      microbatches: int) -> IterationTiming:
+                      microbatches: int, overheads: Overheads = NO_OVERHEADS) -> IterationTiming:
     """Simulate one iteration from per-stage operation times (ms per micro-batch, slowdowns applied)
-    and per-link one-way transfer times (ms per micro-batch; ``len = stages - 1``)."""
+    and per-link one-way transfer times (ms per micro-batch; ``len = stages - 1``), plus overheads."""
     if microbatches < 1:
         raise InputError(f"--microbatches: must be >= 1, got {microbatches}")
     graph = _operation_graph(len(fwd_ms), microbatches, schedule)
     links = np.zeros(1) if len(link_ms) == 0 else np.asarray(link_ms, dtype=np.float64)
     iteration, compute, comm, idle = _simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),  # type: ignore[call-arg]
-                                                      np.asarray(bwd_ms, dtype=np.float64), links)
+                                                      np.asarray(bwd_ms, dtype=np.float64), links,
+                                                      float(overheads.op_ms))
+    if overheads.iteration_ms:
+        iteration, idle = iteration + overheads.iteration_ms, idle + overheads.iteration_ms
     return IterationTiming(float(iteration), compute, comm, np.maximum(idle, 0.0))
 
 
@@ -166,7 +186,7 @@ class PipelineCosts:
 
     def simulate(self, boundaries: Sequence[int], schedule: str, microbatches: int,
                  slowdown: ArrayLike | None = None, bandwidth_gbps: float = math.inf,
-                 link_factors: ArrayLike | None = None) -> IterationTiming:
+                 link_factors: ArrayLike | None = None, overheads: Overheads = NO_OVERHEADS) -> IterationTiming:
         key = (tuple(boundaries), bandwidth_gbps)
         cached = self._stage_cache.get(key)
         if cached is None:  # per-partition costs are reused across the many conditions a partition meets
@@ -180,7 +200,7 @@ class PipelineCosts:
             fwd, bwd = fwd * factor, bwd * factor
         if link_factors is not None:
             link_ms = link_ms / np.asarray(link_factors, dtype=np.float64)
-        return simulate_schedule(fwd, bwd, link_ms, schedule, microbatches)
+        return simulate_schedule(fwd, bwd, link_ms, schedule, microbatches, overheads)
 
 
 def simulate(profile: LayerProfile, partition: Partition, schedule: str = "1f1b", microbatches: int = 8,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rlpipe import ENV_ID
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
+from rlpipe.calibration import Calibration
 from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
@@ -192,9 +193,11 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         model = MaskablePPO.load(best, device="cpu")
     history = config.env_kwargs.get("history", DEFAULT_HISTORY)
     s_max = config.env_kwargs.get("s_max", DEFAULT_S_MAX)
+    calibration = config.env_kwargs.get("calibration")
     export(model, s_max, history, out, training={
         "config": {**config.__dict__}, "seed": config.seed, "source_revision": _source_revision(),
-        "selected": "best on held-out seeds" if best.exists() else "final"})
+        "selected": "best on held-out seeds" if best.exists() else "final",
+        "calibration": asdict(Calibration.load(calibration)) if isinstance(calibration, str) else None})
     return out / "policy.pt"
 
 

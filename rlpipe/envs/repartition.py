@@ -22,13 +22,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlpipe.calibration import Calibration
+from rlpipe.envs.measurement import MeasurementModel
 from rlpipe.errors import InputError
 from rlpipe.interference import InterferenceTrace, load_scenario
 from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, OBSERVATION_CLIP, ActionLayout, ObservationEncoder
 from rlpipe.partition import inflight_microbatches, optimal_boundaries, stage_edges
 from rlpipe.planning import Planner
 from rlpipe.profile import LayerProfile, load_profile
-from rlpipe.simulator import IterationTiming, MigrationCost
+from rlpipe.simulator import NO_OVERHEADS, IterationTiming, MigrationCost, Overheads
 from rlpipe.stats import IntervalStats, StageStats
 
 
@@ -46,7 +48,12 @@ class EnvConfig:
         scenarios: interference presets or ``trace:FILE.csv`` to draw from.
         duration_s: simulated training time per episode, s.
         interval_iterations: K, training iterations per decision interval.
-        timer_noise: relative standard deviation of the measured times (lognormal).
+        timer_noise: relative standard deviation of the measured times (lognormal), when no
+            ``measurement_models`` are given.
+        measurement_models: timer models to draw one from per episode (``None``: lognormal
+            ``timer_noise`` only); mappings of :class:`MeasurementModel` fields are accepted.
+        calibration: a fit from ``rlpipe calibrate`` (or its JSON path): its measurement model and
+            overheads join the draws (alone, when ``measurement_models`` is ``None``).
         bandwidth_gbps: link bandwidths between stages to draw from, Gbit/s (``inf``: free).
         migration_overhead_s: range of the fixed cost of a repartition, s.
         migration_bandwidth_gbps: bandwidth parameters and optimizer state move at, Gbit/s.
@@ -65,11 +72,22 @@ class EnvConfig:
     duration_s: float = 3600.0
     interval_iterations: int = 50
     timer_noise: float = 0.03
+    measurement_models: tuple[Any, ...] | None = None
+    calibration: Calibration | str | None = None
     bandwidth_gbps: tuple[float, ...] = (math.inf, 10.0)
     migration_overhead_s: tuple[float, float] = (0.5, 0.5)
     migration_bandwidth_gbps: float = 10.0
     history: int = DEFAULT_HISTORY
     invalid_action_penalty: float = 0.1
+
+    def timer_models(self) -> tuple[MeasurementModel, ...] | None:
+        """The measurement models to draw from (``None``: the plain lognormal ``timer_noise``)."""
+        models = [MeasurementModel.parse(m) for m in self.measurement_models or ()]
+        if self.calibration is not None:
+            calibration = (Calibration.load(self.calibration) if isinstance(self.calibration, str)
+                           else self.calibration)
+            models.append(MeasurementModel.from_calibration(calibration))
+        return tuple(models) or None
 
     def validate(self) -> EnvConfig:
         if not 1 <= self.min_stages <= self.max_stages:
@@ -95,6 +113,8 @@ class Situation:
     bandwidth_gbps: float
     migration: MigrationCost
     trace: InterferenceTrace
+    measurement: MeasurementModel
+    stage_bias: np.ndarray  # each stage's measured / true compute, all episode
 
 
 class RepartitionEnv(gym.Env):
@@ -111,6 +131,7 @@ class RepartitionEnv(gym.Env):
         size = ObservationEncoder.size_for(self.config.s_max, self.config.history)
         self.observation_space = gym.spaces.Box(-OBSERVATION_CLIP, OBSERVATION_CLIP, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(ActionLayout(self.config.s_max).num_actions)
+        self._timer_models = self.config.timer_models()
         self._profiles: dict[str, LayerProfile] = {}
 
     # --- episode set-up -----------------------------------------------------------------------
@@ -130,8 +151,13 @@ class RepartitionEnv(gym.Env):
         overhead = float(rng.uniform(*cfg.migration_overhead_s))
         scenario = options.get("scenario") or cfg.scenarios[int(rng.integers(len(cfg.scenarios)))]
         trace = load_scenario(scenario, num_stages, cfg.duration_s, seed=int(rng.integers(2**31)))
+        if self._timer_models is None:  # no further draws: the plain model keeps earlier episodes' streams
+            measurement, stage_bias = MeasurementModel(sigma=cfg.timer_noise, name="plain"), np.ones(num_stages)
+        else:
+            measurement = self._timer_models[int(rng.integers(len(self._timer_models)))]
+            stage_bias = measurement.draw_stage_bias(rng, num_stages)
         return Situation(profile, num_stages, microbatches, schedule, bandwidth,
-                         MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace)
+                         MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace, measurement, stage_bias)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -141,6 +167,7 @@ class RepartitionEnv(gym.Env):
         self._state_bytes = self.planner.costs.state_bytes
         self._ideal_compute = self.planner.profile.compute_ms()
         self._memory_inflight = inflight_microbatches(s.num_stages, s.microbatches, s.schedule)
+        self._overheads = self._episode_overheads()
         self._timing_cache: dict[tuple[tuple[int, ...], int], IterationTiming] = {}
         self._best_cache: dict[int, tuple[tuple[int, ...], float]] = {}
         self._constants_cache: dict[tuple[int, ...], tuple[list[int], list[float], np.ndarray]] = {}
@@ -151,6 +178,15 @@ class RepartitionEnv(gym.Env):
         self.stall_total_s = 0.0
         stats, _ = self._run_interval(0.0)  # the first interval, so that there is something to observe
         return self.encoder.observe(stats), self._info(stats, 1.0, False)
+
+    def _episode_overheads(self) -> Overheads:
+        """The measurement model's overheads for this episode's pipeline, in its own time units."""
+        m, s = self.situation.measurement, self.situation
+        if not (m.op_overhead_fraction or m.iteration_overhead_fraction):
+            return NO_OVERHEADS
+        mean_op_ms = float(self.planner.profile.compute_ms().sum()) / (2 * s.num_stages)
+        return Overheads(op_ms=m.op_overhead_fraction * mean_op_ms,
+                         iteration_ms=m.iteration_overhead_fraction * self.planner.ideal_iteration_ms)
 
     # --- stepping -----------------------------------------------------------------------------
 
@@ -197,7 +233,7 @@ class RepartitionEnv(gym.Env):
             s = self.situation
             timing = self._timing_cache[key] = self.planner.costs.simulate(
                 boundaries, s.schedule, s.microbatches, s.trace.slowdown[row], s.bandwidth_gbps,
-                s.trace.link_factor[row])
+                s.trace.link_factor[row], self._overheads)
         return timing
 
     def best_partition(self, row: int) -> tuple[tuple[int, ...], float]:
@@ -258,8 +294,8 @@ class RepartitionEnv(gym.Env):
         self.time_s = time_s
         self.iteration += k
         mean = weighted / k
-        noise = np.exp(self.np_random.normal(0.0, self.config.timer_noise, size=mean.shape))
-        measured = mean * noise
+        measured = mean * s.measurement.noise(self.np_random, mean.shape)
+        measured[0] *= s.stage_bias
         layers, memory, ideal_compute = self._partition_constants(self.boundaries)
         columns = zip(*measured.tolist(), layers, memory, (measured[0] / ideal_compute).tolist())
         stages = tuple(StageStats(*column) for column in columns)

@@ -10,6 +10,53 @@ from rlpipe.partition import SCHEDULES, Partition
 
 
 @dataclass
+class PipelineConfig:
+    """How an :class:`~rlpipe.runtime.pipeline.AdaptivePipeline` runs, whoever drives its loop.
+
+    Attributes:
+        schedule: a name from :data:`rlpipe.partition.SCHEDULES`.
+        microbatches: micro-batches per iteration.
+        interval: iterations per statistics interval (and per controller decision).
+        boundaries: first layer of each stage (``None``: the optimal partition of the profile).
+        profile: profile JSON or shipped name (``None``: measured at start-up on rank 0).
+        policy: controller policy: static, greedy, dynpipe, ppo or ppo:PATH (``None``: no controller).
+        device_time: ``real`` (what the host gives) or ``emulated`` (the profile's time x scale).
+        device_time_scale: emulated time over the profile's (``None``: chosen so that emulation holds).
+        interference: injected scenario preset or ``trace:FILE.csv`` (``None``: none).
+        inject: ``throttle`` (stretch compute) or ``colocate`` (a competing process; real time only).
+        time_scale: trace seconds per second of run time.
+        trace_start_s: where the scenario's clock starts (a resumed run goes on where it stopped), s.
+        seed: seed of the injected scenario.
+        migration_overhead_s: the fixed repartition cost the controller plans with, s.
+        log: JSONL file for one record per interval (``None``: no log); appended to when ``append_log``.
+        append_log: append to ``log`` (a resumed run) instead of starting it afresh.
+        total_iterations: the run's length, if known: the last interval then decides nothing.
+        first_iteration: the iteration the run starts at (a resumed run starts past 0).
+        drop_moved_optimizer_state: forget moved layers' optimizer state (the correctness control test only).
+    """
+
+    schedule: str = "1f1b"
+    microbatches: int = 4
+    interval: int = 10
+    boundaries: tuple[int, ...] | None = None
+    profile: str | None = None
+    policy: str | None = None
+    device_time: str = "real"
+    device_time_scale: float | None = None
+    interference: str | None = None
+    inject: str = "throttle"
+    time_scale: float = 12.0
+    trace_start_s: float = 0.0
+    seed: int = 0
+    migration_overhead_s: float = 0.1
+    log: str | None = None
+    append_log: bool = False
+    total_iterations: int | None = None
+    first_iteration: int = 0
+    drop_moved_optimizer_state: bool = False
+
+
+@dataclass
 class RunConfig:
     """Options of a live pipeline run (``rlpipe run`` / ``python -m rlpipe.runtime``).
 
@@ -34,6 +81,8 @@ class RunConfig:
         inject: ``throttle`` (sleep-stretch compute) or ``colocate`` (a competing process).
         time_scale: trace seconds per second of run time.
         migration_overhead_s: the fixed repartition cost the controller plans with, s.
+        device_time: ``real`` or ``emulated`` (see :class:`PipelineConfig`).
+        device_time_scale: emulated time over the profile's (``None``: chosen so that emulation holds).
         checkpoint_every: save a checkpoint every this many iterations (``None``: never).
         checkpoint_dir: where checkpoints go.
         resume: continue from the latest checkpoint in this folder (``None``: start fresh).
@@ -59,11 +108,20 @@ class RunConfig:
     inject: str = "throttle"
     time_scale: float = 12.0
     migration_overhead_s: float = 0.1
+    device_time: str = "real"
+    device_time_scale: float | None = None
     checkpoint_every: int | None = None
     checkpoint_dir: str | None = None
     resume: str | None = None
     drop_moved_optimizer_state: bool = False  # for the correctness control test only
     fail_transfer_at: int | None = None  # for the atomicity test only: corrupt the transfer before this iteration
+
+    def pipeline_config(self, first_iteration: int = 0, trace_start_s: float = 0.0) -> PipelineConfig:
+        """The pipeline's part of the run (a resumed run starts at ``first_iteration``, its scenario
+        clock at ``trace_start_s``)."""
+        shared = {f.name: getattr(self, f.name) for f in fields(PipelineConfig) if hasattr(self, f.name)}
+        return PipelineConfig(**{**shared, "append_log": bool(self.resume), "total_iterations": self.iterations,
+                                 "first_iteration": first_iteration, "trace_start_s": trace_start_s})
 
     def to_argv(self) -> list[str]:
         """The command-line arguments that rebuild this config in a worker process."""
@@ -102,6 +160,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same. Defaults come from
     :class:`RunConfig`."""
     from rlpipe.interference import PRESETS
+    from rlpipe.runtime.device_time import DEVICE_TIME_MODES
     from rlpipe.runtime.injection import INJECTION_MODES
 
     d = RunConfig()
@@ -142,6 +201,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-scale", type=float, default=d.time_scale,
                         help=f"trace seconds per second of run time (default {d.time_scale:g}: "
                         f"{60 / d.time_scale:g} minutes replay an hour)")
+    parser.add_argument("--device-time", choices=DEVICE_TIME_MODES, default=d.device_time,
+                        help="real: a stage's compute is what the host gives it; emulated: every chunk runs for "
+                        "real, then the stage sleeps until the profile's time for its layers x scale x injected "
+                        "slowdown has passed, as a host waits on its GPU (use it on machines with fewer cores "
+                        f"than stages; default {d.device_time})")
+    parser.add_argument("--device-time-scale", type=float, help="emulated device time over the profile's "
+                        "(default: chosen from stage processes per core and the measured real compute, so that "
+                        "emulation holds here; the log records it)")
     parser.add_argument("--migration-overhead-s", type=float, default=d.migration_overhead_s,
                         help="fixed cost of a repartition the controller plans with, s "
                         f"(default {d.migration_overhead_s})")
@@ -165,6 +232,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise InputError("--checkpoint-every: needs a value >= 1 and --checkpoint-dir")
     if config.time_scale <= 0:
         raise InputError(f"--time-scale: must be > 0, got {config.time_scale}")
+    if config.device_time_scale is not None and not config.device_time_scale > 0:
+        raise InputError(f"--device-time-scale: must be > 0, got {config.device_time_scale}")
+    if config.device_time == "emulated" and config.interference and config.inject == "colocate":
+        raise InputError("--inject colocate: a competing process slows real compute only; with --device-time "
+                         "emulated use --inject throttle (it scales the emulated time)")
     return config
 
 

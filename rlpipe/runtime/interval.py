@@ -21,14 +21,29 @@ class IntervalMeter:
     Attributes:
         iterations: iterations trained.
         busy_s: wall seconds spent in those iterations (repartitions not included).
+        samples: samples trained (counted where the inputs are: the first stage).
         losses: the mean micro-batch loss of each iteration (known on the last stage only).
         repartitions: the repartitions carried out in the interval.
+        conditions: per iteration, the partition and the injected slowdown of every device it ran under,
+            and whether it was a warm-up step (a new stage's first, which infers shapes).
+        warmup_s: wall seconds of the warm-up steps among them.
     """
 
     iterations: int = 0
     busy_s: float = 0.0
+    samples: int = 0
     losses: list[float] = field(default_factory=list)
     repartitions: list[Repartition] = field(default_factory=list)
+    conditions: list[tuple[tuple[int, ...], np.ndarray, bool]] = field(default_factory=list)
+    warmup_s: float = 0.0
+
+    def steady_iteration_ms(self) -> float:
+        """Mean time of the interval's iterations that were not warm-up steps, ms (all of them when
+        every one was)."""
+        warmups = sum(1 for *_, warmup in self.conditions if warmup)
+        if warmups == self.iterations:
+            return self.busy_s / self.iterations * 1e3
+        return (self.busy_s - self.warmup_s) / (self.iterations - warmups) * 1e3
 
 
 @dataclass(frozen=True)
@@ -40,8 +55,10 @@ class StageReport:
         busy_s: wall seconds the interval's iterations took on this rank.
         num_layers: layers the stage holds.
         memory_bytes: parameters and optimizer state of those layers, bytes.
-        profiled_compute_ms: the profile's interference-free forward + backward of those layers, ms
-            per micro-batch.
+        profiled_compute_ms: the interference-free device time of those layers (the profile's, emulated:
+            scaled), forward + backward, ms per micro-batch.
+        chunks: compute chunks timed (emulated device time only, else 0).
+        overran: those whose real compute overran their emulated time.
         losses: per-iteration losses (the last stage's are the run's), padded to the interval.
     """
 
@@ -50,16 +67,18 @@ class StageReport:
     num_layers: float
     memory_bytes: float
     profiled_compute_ms: float
+    chunks: int
+    overran: int
     losses: tuple[float, ...]
 
     def pack(self) -> torch.Tensor:
         return torch.tensor([self.compute_s_per_iteration, self.busy_s, self.num_layers, self.memory_bytes,
-                             self.profiled_compute_ms, *self.losses], dtype=torch.float64)
+                             self.profiled_compute_ms, self.chunks, self.overran, *self.losses], dtype=torch.float64)
 
     @classmethod
     def unpack(cls, row: torch.Tensor) -> StageReport:
-        compute_s, busy_s, num_layers, memory_bytes, profiled_ms, *losses = row.tolist()
-        return cls(compute_s, busy_s, num_layers, memory_bytes, profiled_ms, tuple(losses))
+        compute_s, busy_s, num_layers, memory_bytes, profiled_ms, chunks, overran, *losses = row.tolist()
+        return cls(compute_s, busy_s, num_layers, memory_bytes, profiled_ms, int(chunks), int(overran), tuple(losses))
 
 
 def exchange_reports(own: StageReport, world: int) -> list[StageReport]:
@@ -86,11 +105,14 @@ def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iterat
                          tuple(stages))
 
 
-def log_record(stats: IntervalStats, losses: list[float], elapsed_s: float, batch: int,
-               repartitions: list[Repartition]) -> dict[str, Any]:
-    """The interval's JSONL record (the controller's decision and injection are added by the caller)."""
+def log_record(stats: IntervalStats, losses: list[float], elapsed_s: float, meter: IntervalMeter) -> dict[str, Any]:
+    """The interval's JSONL record (the controller's decision, injection and prediction are added by
+    the caller). ``iteration_ms`` leaves out warm-up steps (their time is ``warmup_s``); throughput
+    counts everything, stalls and warm-ups included."""
+    repartitions = meter.repartitions
     record = {"iteration": stats.iteration, "wall_s": elapsed_s, "interval_s": stats.wall_s,
-              "boundaries": list(stats.boundaries), "throughput_samples_s": stats.iterations * batch / stats.wall_s,
+              "iteration_ms": meter.steady_iteration_ms(), "warmup_s": meter.warmup_s,
+              "boundaries": list(stats.boundaries), "throughput_samples_s": meter.samples / stats.wall_s,
               "loss": float(np.mean(losses)), "losses": losses, "stages": [s.to_dict() for s in stats.stages],
               "stall_s": stats.stall_s}
     if repartitions:

@@ -21,12 +21,16 @@ class RunProgress:
         self.bar = tqdm(total=iterations, initial=first_iteration, desc="rlpipe run", unit="it", dynamic_ncols=True)
         self.log_path = log_path
         self.samples, self.seconds, self.repartitions, self.stall_s = 0.0, 0.0, 0, 0.0
+        self.chunks = self.overran = 0
 
     def interval(self, record: dict[str, Any]) -> None:
         """Show one interval's log record."""
         iterations = len(record["losses"]) or record["iteration"] - self.bar.n
         self.samples += record["throughput_samples_s"] * record["interval_s"]
         self.seconds += record["interval_s"]
+        if "emulation" in record:
+            self.chunks += record["emulation"]["chunks"]
+            self.overran += record["emulation"]["overran"]
         for repartition in record.get("repartitions", [record["repartition"]] if "repartition" in record else []):
             if repartition["committed"]:
                 self.repartitions += 1
@@ -41,10 +45,17 @@ class RunProgress:
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(iterations)
 
+    def overran_fraction(self) -> float | None:
+        """The fraction of compute chunks whose real compute overran their emulated device time
+        (``None``: device time was real)."""
+        return self.overran / self.chunks if self.chunks else None
+
     def close(self) -> str:
         """Close the bar; returns the run's one-line summary."""
         self.bar.close()
         throughput = self.samples / self.seconds if self.seconds > 0 else 0.0
         where = f"; log: {self.log_path}" if self.log_path else ""
+        fraction = self.overran_fraction()
+        emulation = "" if fraction is None else f", {fraction:.1%} of chunks overran their emulated time"
         return (f"rlpipe run: {self.bar.n} iterations, {throughput:.1f} samples/s over {self.seconds:.1f} s, "
-                f"{self.repartitions} repartitions ({self.stall_s:.3f} s stall){where}")
+                f"{self.repartitions} repartitions ({self.stall_s:.3f} s stall){emulation}{where}")

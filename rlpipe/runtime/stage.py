@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -16,32 +17,22 @@ from torch.distributed.pipelining.schedules import get_schedule_class
 
 from rlpipe.partition import stage_edges
 from rlpipe.runtime import migration
-from rlpipe.runtime.injection import Injector
+from rlpipe.runtime.device_time import DeviceClock
 
 ADAM_MOMENTS = 2  # Adam keeps two moments per parameter, each the parameter's size
 
 
 class TimedStage(PipelineStage):
-    """A PipelineStage that accumulates the seconds it spends computing (forward and backward),
-    stretched by injected interference when an :class:`Injector` is attached."""
+    """A PipelineStage whose forward and backward chunks run under a :class:`DeviceClock`, which
+    accounts their device time (real, or emulated from the profile) and applies injected interference."""
 
-    compute_s: float = 0.0
-    injector: Injector | None = None
-
-    def _timed(self, chunk: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return chunk(*args, **kwargs)
-        finally:
-            if self.injector is not None:
-                self.injector.stretch(time.perf_counter() - start)
-            self.compute_s += time.perf_counter() - start
+    clock: DeviceClock
 
     def forward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed(super().forward_one_chunk, *args, **kwargs)
+        return self.clock.timed(super().forward_one_chunk, False, *args, **kwargs)
 
     def backward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed(super().backward_one_chunk, *args, **kwargs)
+        return self.clock.timed(super().backward_one_chunk, True, *args, **kwargs)
 
 
 @dataclass
@@ -79,19 +70,22 @@ class StageWorker:
         schedule: a name from :data:`rlpipe.partition.SCHEDULES`.
         microbatches: micro-batches per iteration.
         lr: Adam's learning rate.
-        injector: interference to stretch this stage's compute with (``None``: none).
+        clock: times the stage's compute (real or emulated device time, injected interference).
+        emulated_ms: per layer, the emulated device time of a forward and of a backward, ms per
+            micro-batch (used in emulated mode).
         drop_moved_optimizer_state: forget moved layers' Adam state (the correctness control test only).
     """
 
     def __init__(self, modules: list[nn.Module], loss_fn: Callable, boundaries: tuple[int, ...], rank: int,
-                 world: int, schedule: str, microbatches: int, lr: float, injector: Injector | None = None,
-                 drop_moved_optimizer_state: bool = False):
+                 world: int, schedule: str, microbatches: int, lr: float, clock: DeviceClock,
+                 emulated_ms: tuple[np.ndarray, np.ndarray] | None = None, drop_moved_optimizer_state: bool = False):
         self.modules = modules  # every rank holds every layer; it trains its own
         self.loss_fn = loss_fn
         self.rank, self.world = rank, world
         self.schedule_class = get_schedule_class(schedule)
         self.microbatches, self.lr = microbatches, lr
-        self.injector = injector
+        self.clock = clock
+        self.emulated_ms = emulated_ms
         self.drop_moved_optimizer_state = drop_moved_optimizer_state
         self.boundaries = tuple(boundaries)
         self.device = torch.device("cpu")
@@ -115,24 +109,34 @@ class StageWorker:
         when the tensors between stages change shape)."""
         submodule = nn.Sequential(*[self.modules[i] for i in self.owned_layers()])
         self.stage = TimedStage(submodule, self.rank, self.world, self.device)
-        self.stage.injector = self.injector
+        self.stage.clock = self.clock
+        if self.emulated_ms is not None:
+            owned = self.owned_layers()
+            self.clock.set_stage(float(self.emulated_ms[0][owned.start:owned.stop].sum()),
+                                 float(self.emulated_ms[1][owned.start:owned.stop].sum()))
         self.warm = False  # the first step of a new stage infers shapes: its time is not compute
         self.schedule = self.schedule_class(self.stage, self.microbatches, loss_fn=self.loss_fn)
 
     def take_compute_s(self) -> tuple[float, int]:
         """(compute seconds, timed iterations) since the last call, and start counting afresh.
         An interval that only held a warm-up step reports that step rather than nothing."""
-        compute_s, timed = self.stage.compute_s, self.timed_iterations
+        compute_s, timed = self.clock.compute_s, self.timed_iterations
         if timed == 0:
             compute_s, timed = self.warmup_compute_s, 1
-        self.stage.compute_s, self.timed_iterations = 0.0, 0
+        self.clock.compute_s, self.timed_iterations = 0.0, 0
         return compute_s, timed
+
+    def take_overruns(self) -> tuple[int, int]:
+        """(timed chunks, chunks that overran their emulated time) since the last call."""
+        counts = (self.clock.chunks, self.clock.overran)
+        self.clock.chunks = self.clock.overran = 0
+        return counts
 
     def train_step(self, inputs: torch.Tensor | None, target: torch.Tensor | None) -> list[float]:
         """One iteration on a batch (``inputs`` on the first stage, ``target`` on the last; ``None``
         elsewhere); returns the micro-batch losses (on the last stage, else [])."""
         self.optimizer.zero_grad(set_to_none=True)
-        compute_before = self.stage.compute_s
+        before = (self.clock.compute_s, self.clock.chunks, self.clock.overran)
         losses: list[torch.Tensor] = []
         if self.world == 1:
             self.schedule.step(inputs, target=target, losses=losses)
@@ -145,9 +149,9 @@ class StageWorker:
         self.optimizer.step()
         if self.warm:
             self.timed_iterations += 1
-        else:  # keep the warm-up step out of the compute statistics (unless nothing else is timed)
-            self.warmup_compute_s = self.stage.compute_s - compute_before
-            self.stage.compute_s = compute_before
+        else:  # keep the warm-up step (shape inference) out of the statistics, unless nothing else is timed
+            self.warmup_compute_s = self.clock.compute_s - before[0]
+            self.clock.compute_s, self.clock.chunks, self.clock.overran = before
             self.warm = True
         return [float(loss.detach()) for loss in losses]
 

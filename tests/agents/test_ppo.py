@@ -111,10 +111,16 @@ def test_the_shipped_default_policy_loads_and_acts():
 
 @pytest.mark.slow
 def test_a_short_run_still_scores_keeps_its_best_and_leaves_no_empty_folder(tmp_path):
+    from tests.test_calibration import fit, synthetic_run
+
+    fit([synthetic_run(0, intervals=30)]).save(tmp_path / "cal.json")
     config = TrainConfig(n_timesteps=512, n_envs=2, n_steps=128, batch_size=128, n_epochs=1, eval_episodes=1,
-                         env_kwargs={"duration_s": 300})  # eval_freq and checkpoint_freq far beyond the run
+                         env_kwargs={"duration_s": 300, "calibration": str(tmp_path / "cal.json")})
+    # eval_freq and checkpoint_freq lie far beyond the run
     train(config, tmp_path, progress=False)
     history = json.loads((tmp_path / "eval" / "efficiency.json").read_text())
     assert len(history) == 1 and history[0][0] >= 512  # scored once, at the end
     assert (tmp_path / "best" / "best_model.zip").exists() and not (tmp_path / "checkpoints").exists()
-    assert json.loads((tmp_path / "policy.json").read_text())["training"]["selected"] == "best on held-out seeds"
+    training = json.loads((tmp_path / "policy.json").read_text())["training"]
+    assert training["selected"] == "best on held-out seeds"
+    assert training["calibration"]["noise_sigma"] > 0  # the artifact records the calibration it trained with

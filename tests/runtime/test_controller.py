@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlpipe.report import load_run, summarize, write_report
+from rlpipe.report import summarize, write_report
+from rlpipe.runlog import load_run
 
 TESTS = Path(__file__).resolve().parents[1]
 

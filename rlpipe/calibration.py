@@ -1,0 +1,235 @@
+"""Calibration: what the simulator should assume, fitted from live run logs (``rlpipe calibrate``).
+
+From the logs of live runs it fits the measurement model (how measured stage compute scatters
+around the prediction: a global bias, each stage's persistent bias, lognormal noise and its outliers),
+the overheads the simulator does not see (per operation and per iteration), the migration overhead
+beyond bytes / bandwidth, and the point-to-point bandwidth. ``rlpipe train --calibration`` and
+``rlpipe evaluate --calibration`` simulate with the fit; a live prediction can use it too
+(:func:`calibrated_iteration_ms`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlpipe.errors import InputError
+from rlpipe.profile import LayerCost, LayerProfile
+from rlpipe.runlog import run_headers
+from rlpipe.simulator import Overheads, PipelineCosts
+
+OUTLIER_SIGMAS = 4.0  # a log ratio this many robust sigmas from its stage's bias is an outlier
+MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma over its median absolute deviation
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fit. Every figure is a plain number, so the JSON is readable and any tool can use it.
+
+    Attributes:
+        compute_bias: measured over predicted stage compute, minus 1: the median over every stage and
+            interval (timer and sleep overshoot, or real compute that runs slower than its profile).
+        stage_bias_spread: the standard deviation of the stages' persistent biases (each stage's median
+            log ratio): how much stages differ for good, what training draws per episode.
+        noise_sigma: lognormal sigma of an interval's measurement around its stage's bias (robust).
+        outlier_probability: the fraction of measurements beyond ``OUTLIER_SIGMAS`` sigmas.
+        outlier_scale: the median size of those outliers, as measured / expected - 1.
+        op_overhead_ms: per forward or backward operation, beside compute (the schedule's Python,
+            point-to-point calls), ms.
+        op_overhead_fraction: ``op_overhead_ms`` over the mean operation's device time in the fitted
+            runs (how training applies it to other models).
+        iteration_overhead_ms: per iteration (optimizer step, gradient reset), ms.
+        iteration_overhead_fraction: ``iteration_overhead_ms`` over the mean predicted iteration time.
+        migration_overhead_s: a repartition's stall beyond its bytes over the bandwidth, median, s
+            (``None``: no repartition in the logs).
+        p2p_gbps: the median measured point-to-point bandwidth, Gbit/s.
+        runs: logs fitted.
+        intervals: intervals fitted.
+    """
+
+    compute_bias: float
+    stage_bias_spread: float
+    noise_sigma: float
+    outlier_probability: float
+    outlier_scale: float
+    op_overhead_ms: float
+    op_overhead_fraction: float
+    iteration_overhead_ms: float
+    iteration_overhead_fraction: float
+    migration_overhead_s: float | None
+    p2p_gbps: float
+    runs: int
+    intervals: int
+
+    @property
+    def overheads(self) -> Overheads:
+        return Overheads(self.op_overhead_ms, self.iteration_overhead_ms)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        """Read a calibration JSON; every problem is one :class:`InputError` naming the file and field."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such calibration file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: not valid JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: expected a JSON object written by rlpipe calibrate")
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in data:
+                raise InputError(f"{path}: missing field '{f.name}'")
+            value = data[f.name]
+            if value is None and f.name == "migration_overhead_s":
+                values[f.name] = None
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"{path}: {f.name}: must be a finite number, got {value!r}")
+            if value < 0 and f.name != "compute_bias":
+                raise InputError(f"{path}: {f.name}: must be >= 0, got {value!r}")
+            values[f.name] = value
+        if values["compute_bias"] <= -1:
+            raise InputError(f"{path}: compute_bias: must be > -1, got {values['compute_bias']!r}")
+        if values["outlier_probability"] > 1:
+            raise InputError(f"{path}: outlier_probability: must be at most 1, got {values['outlier_probability']!r}")
+        return cls(**values)
+
+
+def header_costs(header: dict[str, Any]) -> PipelineCosts:
+    """The simulator's model of a logged run, from its header's per-layer device times and activations."""
+    activations = header.get("activation_bytes") or [0] * len(header["forward_ms"])
+    layers = tuple(LayerCost(f"{i}", f, b, int(a), 0, 0) for i, (f, b, a) in
+                   enumerate(zip(header["forward_ms"], header["backward_ms"], activations, strict=True)))
+    return PipelineCosts(LayerProfile("logged run", 1, layers))
+
+
+def simulate_record(record: dict[str, Any], header: dict[str, Any], compute_bias: float = 0.0,
+                    overheads: Overheads | None = None) -> float:
+    """A logged interval's iteration time as the simulator sees it (its partition, mean injected
+    slowdowns, links at the measured bandwidth), with a compute bias and overheads, ms."""
+    slowdown = np.asarray(record.get("injected_slowdown") or np.ones(header["stages"]), dtype=float)
+    return header_costs(header).simulate(record["boundaries"], header["schedule"], header["microbatches"],
+                                         slowdown * (1 + compute_bias), header.get("p2p_gbps") or math.inf,
+                                         overheads=overheads or Overheads()).iteration_ms
+
+
+@dataclass
+class _Interval:
+    """One logged interval, as the fit needs it."""
+
+    run: int
+    live_ms: float
+    predicted_ms: float  # by the simulator without overheads
+    op_slope: float  # predicted iteration ms per ms of overhead per operation
+    log_ratios: np.ndarray  # per stage: log(measured / predicted compute)
+
+
+def _intervals(runs: list[list[dict[str, Any]]]) -> list[_Interval]:
+    """The intervals a fit can use: those logged with a prediction (their ``iteration_ms`` and the
+    prediction both leave warm-up steps out)."""
+    found = []
+    for index, records in enumerate(runs):
+        for record, header in zip(records, run_headers(records), strict=True):
+            if "predicted_iteration_ms" not in record or not header:
+                continue
+            timing = [simulate_record(record, header, overheads=Overheads(op_ms=op_ms)) for op_ms in (0.0, 1.0)]
+            measured = np.array([s["compute_ms"] for s in record["stages"]])
+            predicted = np.array(record["predicted_compute_ms"])
+            found.append(_Interval(index, record["iteration_ms"], timing[0], timing[1] - timing[0],
+                                   np.log(measured / predicted)))
+    return found
+
+
+def fit(runs: list[list[dict[str, Any]]], sources: list[str] | None = None) -> Calibration:
+    """Fit a :class:`Calibration` to the records of one or more live runs (``runlog.load_run``)."""
+    names = sources or [f"run {i}" for i in range(len(runs))]
+    if any("run" not in records[0] for records in runs):
+        missing = next(n for n, records in zip(names, runs, strict=True) if "run" not in records[0])
+        raise InputError(f"{missing}: no run header in its first record (a log of an older rlpipe run?)")
+    intervals = _intervals(runs)
+    if len(intervals) < 3:
+        raise InputError(f"{', '.join(names)}: {len(intervals)} usable intervals (need at least 3 with a "
+                         f"prediction and no repartition, after each run's first)")
+    log_ratios = np.concatenate([i.log_ratios for i in intervals])
+    compute_bias = float(np.exp(np.median(log_ratios)) - 1)
+    stage_bias, residuals = _stage_biases(intervals)
+    noise_sigma = float(MAD_TO_SIGMA * np.median(np.abs(residuals)))
+    outliers = np.abs(residuals) > OUTLIER_SIGMAS * max(noise_sigma, 1e-6)
+    outlier_scale = float(np.median(np.expm1(np.abs(residuals[outliers])))) if outliers.any() else 0.0
+    op_ms, iteration_ms = _overheads(intervals, compute_bias)
+    predicted = np.array([i.predicted_ms for i in intervals])
+    all_records = [record for records in runs for record in records]
+    headers = [record["run"] for record in all_records if "run" in record]
+    # a stage's forward or backward operation, on average: the model's device time over 2 x stages
+    op_time_ms = float(np.mean([(sum(h["forward_ms"]) + sum(h["backward_ms"])) / (2 * h["stages"]) for h in headers]))
+    return Calibration(
+        compute_bias=compute_bias, stage_bias_spread=float(np.std(stage_bias)), noise_sigma=noise_sigma,
+        outlier_probability=float(outliers.mean()), outlier_scale=outlier_scale,
+        op_overhead_ms=op_ms, op_overhead_fraction=op_ms / max(op_time_ms, 1e-9),
+        iteration_overhead_ms=iteration_ms, iteration_overhead_fraction=iteration_ms / float(np.mean(predicted)),
+        migration_overhead_s=_migration_overhead_s(all_records),
+        p2p_gbps=float(np.median([r["p2p_gbps"] for r in all_records if r.get("p2p_gbps")] or [0.0])),
+        runs=len(runs), intervals=len(intervals))
+
+
+def _stage_biases(intervals: list[_Interval]) -> tuple[np.ndarray, np.ndarray]:
+    """Each (run, stage)'s persistent bias (its median log ratio) and every measurement's residual from it."""
+    by_stage: dict[tuple[int, int], list[float]] = {}
+    for interval in intervals:
+        for stage, value in enumerate(interval.log_ratios):
+            by_stage.setdefault((interval.run, stage), []).append(float(value))
+    biases = {key: float(np.median(values)) for key, values in by_stage.items()}
+    residuals = [value - biases[key] for key, values in by_stage.items() for value in values]
+    return np.array(list(biases.values())), np.array(residuals)
+
+
+def _overheads(intervals: list[_Interval], compute_bias: float) -> tuple[float, float]:
+    """Least squares for (per-operation, per-iteration) overhead, both >= 0, on what the biased
+    prediction leaves unexplained: live - predicted x (1 + bias) = op_ms x slope + iteration_ms."""
+    unexplained = np.array([i.live_ms - i.predicted_ms * (1 + compute_bias) for i in intervals])
+    slopes = np.array([i.op_slope for i in intervals])
+    keep = np.ones(len(intervals), dtype=bool)
+    for _ in range(2):  # refit once without the intervals the first fit explains worst (> 3 MADs)
+        design = np.column_stack([slopes[keep], np.ones(keep.sum())])
+        (op_ms, iteration_ms), *_ = np.linalg.lstsq(design, unexplained[keep], rcond=None)
+        if op_ms < 0 or iteration_ms < 0:  # one of them explains nothing: fit the other alone
+            op_ms = max(float(np.sum(slopes[keep] * unexplained[keep]) / np.sum(slopes[keep] ** 2)), 0.0)
+            iteration_ms = 0.0
+            if op_ms == 0.0:
+                iteration_ms = max(float(np.mean(unexplained[keep])), 0.0)
+        residual = unexplained - (op_ms * slopes + iteration_ms)
+        mad = np.median(np.abs(residual - np.median(residual))) + 1e-12
+        keep = np.abs(residual - np.median(residual)) <= 3 * MAD_TO_SIGMA * mad
+    return float(op_ms), float(iteration_ms)
+
+
+def _migration_overhead_s(records: list[dict[str, Any]]) -> float | None:
+    """What a repartition costs beyond moving its bytes at the measured bandwidth: the rest of its
+    stall, plus its new stage's warm-up step beyond an ordinary iteration (shape inference)."""
+    extra = []
+    for record in records:
+        moved = record.get("repartition")
+        if not moved or not moved.get("committed") or not record.get("p2p_gbps") or "repartitions" in record:
+            continue
+        warmup_extra_s = max(record.get("warmup_s", 0.0) - record["iteration_ms"] / 1e3, 0.0)
+        extra.append(moved["stall_s"] + warmup_extra_s - moved["bytes_moved"] * 8 / (record["p2p_gbps"] * 1e9))
+    return max(float(np.median(extra)), 0.0) if extra else None
+
+
+def calibrated_iteration_ms(records: list[dict[str, Any]], calibration: Calibration) -> list[float | None]:
+    """Each record's iteration time as the calibrated simulator predicts it: device times x (1 + the
+    fitted compute bias) and the fitted overheads, for the record's partition and mean injected
+    slowdowns (``None`` for a record without a header to predict from)."""
+    return [simulate_record(record, header, calibration.compute_bias, calibration.overheads) if header else None
+            for record, header in zip(records, run_headers(records), strict=True)]

@@ -1,0 +1,83 @@
+"""How a pipeline's measured stage times scatter around the true ones: the environment's timer model.
+
+Live timers are not the simulator's truth: they carry noise, occasional outliers (a garbage-collection
+pause, a neighbour's burst) and persistent per-stage biases (a stage whose device or host runs a few
+percent off its profile). A policy trained on clean 3% noise chases what it never saw, so training
+draws one of several measurement models per episode, a calibrated one (``rlpipe calibrate``) among them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from rlpipe.calibration import Calibration
+from rlpipe.errors import InputError
+
+
+@dataclass(frozen=True)
+class MeasurementModel:
+    """One way timers behave, for a whole episode.
+
+    Attributes:
+        sigma: lognormal sigma of every stage's measured time per interval.
+        outlier_probability: the chance that a stage's measurement in an interval is an outlier.
+        outlier_scale: an outlier reads ``1 + outlier_scale x U(0.5, 1.5)`` times too long.
+        stage_bias_sigma: each stage's persistent bias, drawn per episode: its measured compute reads
+            ``exp(N(0, stage_bias_sigma))`` times the truth all episode long.
+        compute_bias: a bias every stage shares (measured over true compute, minus 1).
+        op_overhead_fraction: overhead per forward or backward operation, beside compute, as a fraction
+            of the pipeline's mean operation time (a calibration's figure; it slows the pipeline, and the
+            simulated truth includes it).
+        iteration_overhead_fraction: overhead per iteration, as a fraction of the ideal iteration time.
+        name: what to call it.
+    """
+
+    sigma: float = 0.03
+    outlier_probability: float = 0.0
+    outlier_scale: float = 0.0
+    stage_bias_sigma: float = 0.0
+    compute_bias: float = 0.0
+    op_overhead_fraction: float = 0.0
+    iteration_overhead_fraction: float = 0.0
+    name: str = "lognormal"
+
+    @classmethod
+    def from_calibration(cls, calibration: Calibration) -> MeasurementModel:
+        return cls(sigma=calibration.noise_sigma, outlier_probability=calibration.outlier_probability,
+                   outlier_scale=calibration.outlier_scale, stage_bias_sigma=calibration.stage_bias_spread,
+                   compute_bias=calibration.compute_bias, op_overhead_fraction=calibration.op_overhead_fraction,
+                   iteration_overhead_fraction=calibration.iteration_overhead_fraction, name="calibrated")
+
+    @classmethod
+    def parse(cls, spec: MeasurementModel | dict[str, Any], where: str = "measurement_models") -> MeasurementModel:
+        """A model from itself or from a YAML/JSON mapping of its fields (what configs/ppo.yml holds)."""
+        if isinstance(spec, cls):
+            return spec
+        if not isinstance(spec, dict):
+            raise InputError(f"{where}: expected a mapping of {', '.join(f.name for f in fields(cls))}")
+        unknown = set(spec) - {f.name for f in fields(cls)}
+        if unknown:
+            raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        for key, value in spec.items():
+            if key != "name" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                  or not np.isfinite(value)):
+                raise InputError(f"{where}: {key}: must be a finite number >= 0, got {value!r}")
+        return cls(**spec)
+
+    def draw_stage_bias(self, rng: np.random.Generator, num_stages: int) -> np.ndarray:
+        """Each stage's persistent measurement factor for one episode."""
+        factor = 1.0 + self.compute_bias
+        if self.stage_bias_sigma == 0:
+            return np.full(num_stages, factor)
+        return factor * np.exp(rng.normal(0.0, self.stage_bias_sigma, num_stages))
+
+    def noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """Multiplicative noise for one interval's measurements."""
+        noise = np.exp(rng.normal(0.0, self.sigma, size=shape))
+        if self.outlier_probability > 0:
+            outliers = rng.random(shape) < self.outlier_probability
+            noise = np.where(outliers, noise * (1.0 + self.outlier_scale * rng.uniform(0.5, 1.5, shape)), noise)
+        return noise

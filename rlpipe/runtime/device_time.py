@@ -1,0 +1,86 @@
+"""Device time: what a stage's compute chunk costs, ``real`` or ``emulated``.
+
+Real: whatever the host gives the chunk (on a CPU box with more stage processes than cores that is
+contention, not a pipeline); injected interference stretches it (``throttle``) or competes with it
+(``colocate``). Emulated: the chunk runs for real, then the stage sleeps (never spins) until it has
+taken the profile's time for its layers x a scale x the injected slowdown, as a host waits on its GPU.
+A chunk whose real compute overran its emulated time is counted: if more than 5% do, the emulation
+did not hold and the run says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rlpipe.runlog import INVALID_OVERRUN_FRACTION
+from rlpipe.runtime.injection import Injector
+
+__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "default_scale"]
+
+DEVICE_TIME_MODES = ("real", "emulated")
+EMULATION_MARGIN = 2.0  # emulated time this many times the real compute expected under contention
+
+
+def default_scale(profile_ms: float, real_ms: float, processes: int, cores: int) -> float:
+    """A device-time scale at which emulation holds here: the emulated time of a chunk exceeds its real
+    compute with a margin, even when ``processes`` stages share ``cores`` cores.
+
+    Args:
+        profile_ms: the emulation profile's forward + backward time of the whole model, ms per micro-batch.
+        real_ms: the same measured on this machine in one process, ms.
+        processes: stage processes on this machine.
+        cores: cores they may run on.
+    """
+    contention = max(1.0, processes / max(cores, 1))
+    scale = EMULATION_MARGIN * contention * real_ms / max(profile_ms, 1e-9)
+    return max(math.ceil(scale * 10) / 10, 0.1)
+
+
+class DeviceClock:
+    """Times one stage's compute chunks and accounts its device time.
+
+    Args:
+        mode: ``real`` or ``emulated``.
+        injector: the injected interference of this stage's device (``None``: none).
+    """
+
+    def __init__(self, mode: str, injector: Injector | None = None):
+        self.mode, self.injector = mode, injector
+        self.forward_ms = self.backward_ms = 0.0  # emulated device time of one chunk of the current stage
+        self.compute_s = 0.0
+        self.chunks = self.overran = 0
+        self.oversleep_s = 0.0  # how much longer than asked a sleep lasts here (running mean), taken off the next
+
+    def set_stage(self, forward_ms: float, backward_ms: float) -> None:
+        """The emulated device time of one forward and one backward chunk of the stage's layers, ms."""
+        self.forward_ms, self.backward_ms = forward_ms, backward_ms
+
+    def timed(self, chunk: Callable[..., Any], backward: bool, *args: Any, **kwargs: Any) -> Any:
+        """Run one compute chunk and account its device time."""
+        start = time.perf_counter()
+        try:
+            return chunk(*args, **kwargs)
+        finally:
+            real_s = time.perf_counter() - start
+            if self.mode == "emulated":
+                slowdown = self.injector.slowdown() if self.injector is not None else 1.0
+                target_s = (self.backward_ms if backward else self.forward_ms) * slowdown / 1e3
+                self.chunks += 1
+                if real_s > target_s:
+                    self.overran += 1
+                else:
+                    self._sleep_until(start + target_s)
+            elif self.injector is not None:
+                self.injector.stretch(real_s)
+            self.compute_s += time.perf_counter() - start
+
+    def _sleep_until(self, deadline: float) -> None:
+        """Sleep until ``deadline`` (a perf_counter time), asking for less by the usual oversleep."""
+        asked = deadline - time.perf_counter() - self.oversleep_s
+        if asked > 0:
+            before = time.perf_counter()
+            time.sleep(asked)
+            self.oversleep_s += 0.1 * ((time.perf_counter() - before - asked) - self.oversleep_s)
