@@ -7,8 +7,19 @@ seeded generators of such traces, so a preset written to CSV (``rlpipe scenario`
 (``trace:FILE.csv``) is the same scenario.
 
 Slowdown magnitudes follow published co-location measurements of DNN jobs sharing a device: median
-about 1.08x, one pair in ten slower than about 1.25x, a tail to about 2.3x; ``heavy`` adds rarer
-3-4x stragglers. Episode durations are heavy-tailed (``bursty``: Pareto, many short, a few very long).
+about 1.08x, one pair in ten slower than about 1.25x, a tail to about 2.3x. Durations and the rest
+follow what large training jobs meet in shared clusters:
+
+- Alibaba, a shared cluster of more than 10,000 GPUs (Greyhound/FALCON, USENIX ATC'25): compute
+  fail-slows (CPU contention, thermal throttling) last ~10 minutes on average, from under a minute to
+  hours; network congestion lasts from under 1 to over 100 minutes (24 on average) and hit ~40% of
+  4-node probe jobs; compound events cut throughput by 80-90%.
+- ByteDance, 3,079 jobs on >= 128 GPUs (OSDI'25): slowdowns are mostly persistent; per-iteration
+  compute varies +-10-15% with sequence length and garbage-collection pauses, with no lasting change;
+  a single bad worker is rare but ~3x slower.
+
+``heavy`` has those fail-slow stragglers and rare compound events; ``persistent``, ``seqlen``,
+``network`` and ``mixed`` follow the second list (see each generator).
 """
 
 from __future__ import annotations
@@ -53,32 +64,38 @@ class InterferenceTrace:
     @classmethod
     def from_events(cls, events: list[Event], num_devices: int, duration_s: float, name: str = "trace",
                     source: str = "trace") -> InterferenceTrace:
-        """Build from change events; ``source`` names the file in error messages."""
+        """Build from change events (at one instant the last value wins); ``source`` names the file in
+        error messages."""
         if num_devices < 1:
             raise InputError(f"{source}: needs at least one device")
+        num_links = max(num_devices - 1, 0)
         events = sorted(events, key=lambda event: event[0])
-        current_slow = np.ones(num_devices)
-        current_link = np.ones(max(num_devices - 1, 0))
-        times, slows, links = [0.0], [current_slow.copy()], [current_link.copy()]
-        for time_s, target, value in events:
+        times = np.array([0.0] + [event[0] for event in events])
+        columns = np.empty(len(events), dtype=np.int64)  # devices first, then links
+        for k, (_, target, _) in enumerate(events):
             if target.startswith("link:"):
                 link = int(target[5:])
-                if not 0 <= link < num_devices - 1:
+                if not 0 <= link < num_links:
                     raise InputError(f"{source}: device 'link:{link}' does not exist with {num_devices} devices")
-                current_link[link] = value
+                columns[k] = num_devices + link
             else:
                 device = int(target)
                 if not 0 <= device < num_devices:
                     raise InputError(f"{source}: device {device} does not exist with {num_devices} devices")
-                current_slow[device] = value
-            if time_s > times[-1]:
-                times.append(time_s)
-                slows.append(current_slow.copy())
-                links.append(current_link.copy())
-            else:  # same instant: the last value wins
-                slows[-1], links[-1] = current_slow.copy(), current_link.copy()
-        return cls(np.array(times), np.array(slows), np.array(links).reshape(len(times), -1),
-                   float(max(duration_s, times[-1])), name)
+                columns[k] = device
+        change_s = np.unique(times)
+        table = np.full((len(change_s), num_devices + num_links), np.nan)
+        table[0] = 1.0
+        if events:
+            rows = np.searchsorted(change_s, times[1:])
+            keys = rows * table.shape[1] + columns
+            _, first_from_end = np.unique(keys[::-1], return_index=True)
+            last = len(keys) - 1 - first_from_end  # the last event for each (instant, target)
+            table[rows[last], columns[last]] = np.array([event[2] for event in events])[last]
+        filled = np.where(np.isnan(table), 0, np.arange(len(change_s))[:, None])
+        table = table[np.maximum.accumulate(filled, axis=0), np.arange(table.shape[1])]  # values hold until changed
+        return cls(change_s, table[:, :num_devices], table[:, num_devices:], float(max(duration_s, change_s[-1])),
+                   name)
 
     def for_devices(self, num_devices: int) -> InterferenceTrace:
         """The same trace on a pipeline of ``num_devices`` stages: extra devices run undisturbed;
@@ -213,18 +230,21 @@ def _episodes(rng: np.random.Generator, duration_s: float, mean_gap_s: float,
 
 
 def _to_events(intervals: list[Interval], target: str, worst: Callable[..., float]) -> list[Event]:
-    """Change events of one device or link; where episodes overlap the ``worst`` value holds."""
+    """Change events of one device or link; where episodes overlap the ``worst`` value (``max`` or
+    ``min``) holds."""
+    if not intervals:
+        return []
     quiet = 1.0
-    edges = sorted({t for start, end, _ in intervals for t in (start, end)})
-    events: list[Event] = []
-    current = quiet
-    for time_s in edges:
-        active = [value for start, end, value in intervals if start <= time_s < end]
-        value = worst(active) if active else quiet
-        if value != current:
-            events.append((time_s, target, value))
-            current = value
-    return events
+    edges = np.unique(np.array([t for start, end, _ in intervals for t in (start, end)]))
+    combine = np.fmax if worst is max else np.fmin  # both ignore the NaN of "nothing active yet"
+    values = np.full(len(edges), np.nan)
+    spans = np.array(intervals)
+    firsts, stops = np.searchsorted(edges, spans[:, 0]), np.searchsorted(edges, spans[:, 1])
+    for first, stop, value in zip(firsts.tolist(), stops.tolist(), spans[:, 2].tolist()):
+        values[first:stop] = combine(values[first:stop], value)
+    values = np.where(np.isnan(values), quiet, values)
+    previous = np.concatenate([[quiet], values[:-1]])
+    return [(float(t), target, float(v)) for t, v in zip(edges[values != previous], values[values != previous])]
 
 
 def _link_jitter(rng: np.random.Generator, num_devices: int, duration_s: float, mean_gap_s: float) -> list[Event]:
@@ -248,15 +268,27 @@ def _light(rng: np.random.Generator, num_devices: int, duration_s: float) -> Pre
     return per_device, []
 
 
+def _fail_slows(rng: np.random.Generator, duration_s: float, mean_gap_s: float) -> list[Interval]:
+    """Compute fail-slows on one device: 3-4x for ~10 minutes on average (median 7 min, a long tail)."""
+    return _episodes(rng, duration_s, mean_gap_s, lambda: rng.lognormal(math.log(420.0), 0.85),
+                     lambda: float(rng.uniform(3.0, 4.0)))
+
+
+def _compound(rng: np.random.Generator, duration_s: float, mean_gap_s: float) -> list[Interval]:
+    """Rare compound events on one device: throughput cut by 80-90% (5-10x) for a few minutes."""
+    return _episodes(rng, duration_s, mean_gap_s, lambda: rng.lognormal(math.log(150.0), 0.8),
+                     lambda: float(rng.uniform(5.0, 10.0)))
+
+
 def _heavy(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
-    """Frequent, long co-location, rare 3-4x stragglers for minutes, and link jitter."""
+    """Frequent, long co-location; rare fail-slow stragglers (~10 min, 3-4x) and rarer compound
+    events (5-10x); link jitter."""
     per_device = []
     for _ in range(num_devices):
         intervals = _episodes(rng, duration_s, 300.0, lambda: rng.lognormal(math.log(180.0), 1.0),
                               lambda: colocation_slowdown(rng))
-        # Rare stragglers on top: the device 3-4x slower for minutes.
-        intervals += _episodes(rng, duration_s, 2400.0, lambda: rng.lognormal(math.log(300.0), 0.7),
-                               lambda: float(rng.uniform(3.0, 4.0)))
+        intervals += _fail_slows(rng, duration_s, 2400.0)
+        intervals += _compound(rng, duration_s, 4 * 3600.0)
         per_device.append(intervals)
     return per_device, _link_jitter(rng, num_devices, duration_s, 900.0)
 
@@ -298,6 +330,74 @@ def _jitter(rng: np.random.Generator, num_devices: int, duration_s: float) -> Pr
     return [[] for _ in range(num_devices)], _link_jitter(rng, num_devices, duration_s, 120.0)
 
 
+def _persistent(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """One device slower (1.3-3x) from the first second to the end, the others with rare co-location:
+    a rule whose baseline is measured under the straggler never fires."""
+    victim = int(rng.integers(num_devices))
+    per_device = [[(0.0, duration_s, float(rng.uniform(1.3, 3.0)))] if device == victim else _episodes(
+        rng, duration_s, 1800.0, lambda: rng.lognormal(math.log(60.0), 1.0), lambda: colocation_slowdown(rng))
+        for device in range(num_devices)]
+    return per_device, []
+
+
+def _sequence_noise(rng: np.random.Generator, duration_s: float) -> list[Interval]:
+    """Per-iteration compute that varies with sequence length: every 2-6 s a new factor 1.0-1.3 (the
+    stage +-13% around its mean) with no lasting change, and a garbage-collection pause (2-4x for
+    1-2 s) about once a minute."""
+    count = int(duration_s / 2.0) + 1  # enough 2-6 s pieces to cover the duration
+    ends = np.cumsum(rng.uniform(2.0, 6.0, count))
+    ends = np.minimum(ends[:np.searchsorted(ends, duration_s) + 1], duration_s)
+    starts = np.concatenate([[0.0], ends[:-1]])
+    factors = 1.0 + rng.uniform(0.0, 0.3, len(ends))
+    intervals: list[Interval] = list(zip(starts.tolist(), ends.tolist(), factors.tolist()))
+    intervals += _episodes(rng, duration_s, 60.0, lambda: float(rng.uniform(1.0, 2.0)),
+                           lambda: float(rng.uniform(2.0, 4.0)))
+    return intervals
+
+
+def _seqlen(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Sequence-length and garbage-collection noise on every device, nothing that lasts: hold."""
+    return [_sequence_noise(rng, duration_s) for _ in range(num_devices)], []
+
+
+def _congestion(rng: np.random.Generator, num_devices: int, duration_s: float, mean_gap_s: float) -> list[Event]:
+    """Network congestion on one link at a time: 5-30% of its bandwidth for 1 to 100+ minutes (lognormal,
+    median 10 minutes, mean ~24)."""
+    if num_devices < 2:
+        return []
+    intervals = _episodes(rng, duration_s, mean_gap_s, lambda: rng.lognormal(math.log(620.0), 1.3),
+                          lambda: float(rng.uniform(0.05, 0.3)))
+    events: list[Event] = []
+    for start, end, factor in intervals:
+        link = int(rng.integers(num_devices - 1))
+        events += [(start, f"link:{link}", factor), (end, f"link:{link}", 1.0)]
+    return events
+
+
+def _network(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Long congestion on one link (most hours see one), which a planner sees in communication time,
+    not in compute; rare co-location on the devices."""
+    per_device = [_episodes(rng, duration_s, 1800.0, lambda: rng.lognormal(math.log(60.0), 1.0),
+                            lambda: colocation_slowdown(rng)) for _ in range(num_devices)]
+    return per_device, _congestion(rng, num_devices, duration_s, 1200.0)
+
+
+def _mixed(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """All of the above in one run: co-location, fail-slows, rare compound events, a persistent
+    straggler in a third of runs, sequence-length and garbage-collection noise, link congestion."""
+    victim = int(rng.integers(num_devices)) if rng.random() < 1 / 3 else -1
+    per_device = []
+    for device in range(num_devices):
+        intervals = _episodes(rng, duration_s, 900.0, lambda: rng.lognormal(math.log(120.0), 1.0),
+                              lambda: colocation_slowdown(rng))
+        intervals += _fail_slows(rng, duration_s, 3600.0) + _compound(rng, duration_s, 6 * 3600.0)
+        intervals += _sequence_noise(rng, duration_s)
+        if device == victim:
+            intervals.append((0.0, duration_s, float(rng.uniform(1.3, 3.0))))
+        per_device.append(intervals)
+    return per_device, _congestion(rng, num_devices, duration_s, 3600.0)
+
+
 PRESET_GENERATORS: dict[str, Callable[[np.random.Generator, int, float], PresetDraw]] = {
     "none": lambda rng, num_devices, duration_s: ([[] for _ in range(num_devices)], []),
     "light": _light,
@@ -306,6 +406,10 @@ PRESET_GENERATORS: dict[str, Callable[[np.random.Generator, int, float], PresetD
     "drift": _drift,
     "periodic": _periodic,
     "jitter": _jitter,
+    "persistent": _persistent,
+    "seqlen": _seqlen,
+    "network": _network,
+    "mixed": _mixed,
 }
 """Every preset by name. A preset's position seeds its generator: append new ones at the end."""
 PRESETS = tuple(PRESET_GENERATORS)

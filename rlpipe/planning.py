@@ -48,12 +48,12 @@ class Planner:
         self.bandwidth_gbps = bandwidth_gbps
         self.migration = migration or MigrationCost()
         self.memory_cap_bytes = memory_cap_bytes
-        self._compute = profile.compute_ms()
-        self._prefix_compute = np.concatenate([[0.0], np.cumsum(self._compute)])
-        self._roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
-        self._inflight = inflight_microbatches(num_stages, microbatches, schedule)
+        self.layer_compute_ms = profile.compute_ms()
+        self.prefix_compute_ms = np.concatenate([[0.0], np.cumsum(self.layer_compute_ms)])
+        self.roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
+        self.inflight = inflight_microbatches(num_stages, microbatches, schedule)
         self._plan_cache: dict[tuple[float, ...], tuple[int, ...]] = {}
-        self._roundtrip_by_stage = np.tile(self._roundtrip_ms, (max(num_stages - 1, 1), 1))
+        self.roundtrip_by_stage = np.tile(self.roundtrip_ms, (max(num_stages - 1, 1), 1))
         self._memory_cap = np.inf if memory_cap_bytes is None else float(memory_cap_bytes)
         self.ideal_boundaries = self.plan(np.ones(num_stages))
         self.ideal_iteration_ms = self.predict_iteration_ms(self.ideal_boundaries, np.ones(num_stages))
@@ -81,9 +81,9 @@ class Planner:
         return boundaries
 
     def _optimal(self, slowdown: np.ndarray) -> tuple[int, ...]:
-        boundaries, _, feasible = bottleneck_dp(self._compute, self._roundtrip_by_stage, self.costs.state_bytes,
+        boundaries, _, feasible = bottleneck_dp(self.layer_compute_ms, self.roundtrip_by_stage, self.costs.state_bytes,
                                                  self.costs.activation_bytes, 1.0 / slowdown, self._memory_cap,
-                                                 self._inflight.astype(np.float64))
+                                                 self.inflight.astype(np.float64))
         if not feasible:
             raise StatsError(f"no partition into {self.num_stages} stages fits the memory cap")
         return tuple(int(b) for b in boundaries)
@@ -91,15 +91,16 @@ class Planner:
     def stage_ms(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> np.ndarray:
         """Each stage's time per micro-batch (the partitioner's cost model), ms."""
         edges = stage_edges(boundaries, self.num_layers)
-        times = np.diff(self._prefix_compute[edges]) * slowdown
-        times[:-1] += self._roundtrip_ms[edges[1:-1] - 1]
+        times = np.diff(self.prefix_compute_ms[edges]) * slowdown
+        times[:-1] += self.roundtrip_ms[edges[1:-1] - 1]
         return times
 
     def move_bottlenecks(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> np.ndarray:
         """Bottleneck stage time (ms) after shifting each boundary by -1 / +1: shape (stages - 1, 2);
         ``nan`` where the move would empty a stage."""
-        return _move_bottlenecks(self._prefix_compute, self._roundtrip_ms, np.asarray(boundaries, dtype=np.int64),
-                                 np.asarray(slowdown, dtype=np.float64), self.num_layers)
+        return move_bottlenecks_kernel(self.prefix_compute_ms, self.roundtrip_ms,
+                                       np.asarray(boundaries, dtype=np.int64), np.asarray(slowdown, dtype=np.float64),
+                                       self.num_layers, np.ones(max(len(boundaries) - 1, 1)))
 
     def predict_iteration_ms(self, boundaries: tuple[int, ...], slowdown: np.ndarray) -> float:
         """Simulated iteration time of ``boundaries`` if devices run ``slowdown`` times slower, ms."""
@@ -116,14 +117,16 @@ class Planner:
         firsts = np.asarray(boundaries)
         state = np.add.reduceat(self.costs.state_bytes, firsts)
         activation = np.add.reduceat(self.costs.activation_bytes, firsts)
-        return bool(np.all(state + self._inflight * activation <= self.memory_cap_bytes))
+        return bool(np.all(state + self.inflight * activation <= self.memory_cap_bytes))
 
     def partition(self, boundaries: tuple[int, ...]) -> Partition:
         return Partition(tuple(boundaries), self.num_layers)
 
 
 @njit(cache=True)
-def _move_bottlenecks(prefix, roundtrip_ms, boundaries, slowdown, num_layers):  # pragma: no cover
+def move_bottlenecks_kernel(prefix, roundtrip_ms, boundaries, slowdown, num_layers, link_factor):  # pragma: no cover
+    """Compiled core of :meth:`Planner.move_bottlenecks`; ``link_factor[s]`` divides the bandwidth of the
+    link after stage s (1: nominal)."""
     num_stages = boundaries.shape[0]
     edges = np.empty(num_stages + 1, dtype=np.int64)
     edges[:num_stages] = boundaries
@@ -132,17 +135,18 @@ def _move_bottlenecks(prefix, roundtrip_ms, boundaries, slowdown, num_layers):  
     for s in range(num_stages):
         base[s] = (prefix[edges[s + 1]] - prefix[edges[s]]) * slowdown[s]
         if s < num_stages - 1:
-            base[s] += roundtrip_ms[edges[s + 1] - 1]
+            base[s] += roundtrip_ms[edges[s + 1] - 1] / link_factor[s]
     result = np.full((max(num_stages - 1, 0), 2), np.nan)
     for boundary in range(1, num_stages):
         for k in range(2):
             new = edges[boundary] + (2 * k - 1)
             if new <= edges[boundary - 1] or new >= edges[boundary + 1]:
                 continue
-            before = (prefix[new] - prefix[edges[boundary - 1]]) * slowdown[boundary - 1] + roundtrip_ms[new - 1]
+            before = ((prefix[new] - prefix[edges[boundary - 1]]) * slowdown[boundary - 1]
+                      + roundtrip_ms[new - 1] / link_factor[boundary - 1])
             after = (prefix[edges[boundary + 1]] - prefix[new]) * slowdown[boundary]
             if boundary < num_stages - 1:
-                after += roundtrip_ms[edges[boundary + 1] - 1]
+                after += roundtrip_ms[edges[boundary + 1] - 1] / link_factor[boundary]
             worst = max(before, after)
             for s in range(num_stages):
                 if s != boundary - 1 and s != boundary and base[s] > worst:

@@ -57,7 +57,7 @@ def stage_order(num_stages: int, microbatches: int, schedule: str, stage: int) -
 
 
 @lru_cache(maxsize=256)
-def _operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple[np.ndarray, ...]:
+def operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple[np.ndarray, ...]:
     """All operations in an order that respects every dependency, as flat arrays for the kernel.
 
     Returns (stage, is_backward, producer index or -1, link index) per operation.
@@ -113,7 +113,7 @@ NO_OVERHEADS = Overheads()
 
 
 @njit(cache=True)
-def _simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms, link_ms, op_ms):  # pragma: no cover
+def simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms, link_ms, op_ms):  # pragma: no cover
     num_stages = fwd_ms.shape[0]
     num_links = max(num_stages - 1, 1)
     end = np.empty(op_stage.shape[0])
@@ -149,9 +149,9 @@ def simulate_schedule(fwd_ms: np.ndarray, bwd_ms: np.ndarray, link_ms: np.ndarra
     and per-link one-way transfer times (ms per micro-batch; ``len = stages - 1``), plus overheads."""
     if microbatches < 1:
         raise InputError(f"--microbatches: must be >= 1, got {microbatches}")
-    graph = _operation_graph(len(fwd_ms), microbatches, schedule)
+    graph = operation_graph(len(fwd_ms), microbatches, schedule)
     links = np.zeros(1) if len(link_ms) == 0 else np.asarray(link_ms, dtype=np.float64)
-    iteration, compute, comm, idle = _simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),  # type: ignore[call-arg]
+    iteration, compute, comm, idle = simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),  # type: ignore[call-arg]
                                                       np.asarray(bwd_ms, dtype=np.float64), links,
                                                       float(overheads.op_ms))
     if overheads.iteration_ms:

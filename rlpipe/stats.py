@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
+
+STAGE_FIELDS = ("compute_ms", "comm_ms", "idle_ms", "num_layers", "memory_bytes", "device_load")
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,8 @@ class StageStats:
 
 @dataclass(frozen=True)
 class IntervalStats:
-    """A pipeline's report for one decision interval.
+    """A pipeline's report for one decision interval, each stage's figures as arrays (one entry per
+    stage, the fields of :class:`StageStats`); ``stages`` gives them as StageStats records.
 
     Attributes:
         iteration: the training iteration at the interval's end.
@@ -41,7 +47,7 @@ class IntervalStats:
         wall_s: wall time of the interval, s, repartition stall included.
         stall_s: time training stood still for a repartition in this interval, s.
         boundaries: the partition the interval ran with.
-        stages: one :class:`StageStats` per stage.
+        compute_ms, comm_ms, idle_ms, num_layers, memory_bytes, device_load: per stage, as in StageStats.
     """
 
     iteration: int
@@ -49,7 +55,30 @@ class IntervalStats:
     wall_s: float
     stall_s: float
     boundaries: tuple[int, ...]
-    stages: tuple[StageStats, ...] = field(default_factory=tuple)
+    compute_ms: np.ndarray
+    comm_ms: np.ndarray
+    idle_ms: np.ndarray
+    num_layers: np.ndarray
+    memory_bytes: np.ndarray
+    device_load: np.ndarray
+
+    @classmethod
+    def from_stages(cls, iteration: int, iterations: int, wall_s: float, stall_s: float,
+                    boundaries: Sequence[int], stages: Sequence[StageStats]) -> IntervalStats:
+        """Build from one StageStats record per stage."""
+        columns = {name: np.array([getattr(s, name) for s in stages], dtype=np.float64) for name in STAGE_FIELDS}
+        return cls(iteration, iterations, wall_s, stall_s, tuple(boundaries), **columns)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.boundaries)
+
+    @property
+    def stages(self) -> tuple[StageStats, ...]:
+        """Each stage's figures as a StageStats record."""
+        columns = zip(*(getattr(self, name).tolist() for name in STAGE_FIELDS), strict=True)
+        return tuple(StageStats(compute, comm, idle, int(layers), memory, load)
+                     for compute, comm, idle, layers, memory, load in columns)
 
     @property
     def iteration_ms(self) -> float:

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
-from rlpipe.agents.heuristics import DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy
+from rlpipe.agents.heuristics import DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, ThresholdPolicy
 from rlpipe.decision import DecisionContext, Policy
 from rlpipe.errors import InputError
 
-HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "oracle": OraclePolicy}
+HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "threshold": ThresholdPolicy,
+              "oracle": OraclePolicy}
 
 
 def make_policy(spec: str, live: bool = False) -> Policy:
-    """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``oracle``, ``ppo`` or ``ppo:PATH``.
+    """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``oracle``, ``ppo`` or
+    ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
@@ -32,5 +34,5 @@ def make_policy(spec: str, live: bool = False) -> Policy:
     return policy
 
 
-__all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "OraclePolicy",
-           "make_policy", "HEURISTICS"]
+__all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "ThresholdPolicy",
+           "OraclePolicy", "make_policy", "HEURISTICS"]

@@ -3,6 +3,7 @@
 - :class:`StaticPolicy`: the launch partition forever (GPipe, PipeDream, DeepSpeed).
 - :class:`GreedyPolicy`: one layer off the slowest stage toward its faster neighbour.
 - :class:`DynPipePolicy`: DynPipe's trigger-and-replan rule.
+- :class:`ThresholdPolicy`: the ski-rental rule: re-plan once the lost time pays the stall.
 - :class:`OraclePolicy`: simulation only; sees the future and prices migrations.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
-from rlpipe.observation import KEEP, REPLAN
+from rlpipe.observation import KEEP, REPLAN, LostTime
 
 
 @dataclass
@@ -92,35 +93,83 @@ class DynPipePolicy(PolicyBase):
     to the partition that minimises the pipeline time for the estimated slowdowns.
 
     The baseline is each device's load (measured compute over profiled compute of its layers, so
-    that it survives layers moving) in the first interval after the last (re)plan.
+    that it survives layers moving) in the first interval after the last (re)plan; every
+    ``check_every_iterations`` iterations the mean load since the last check is compared with it.
 
     Args:
         high: trigger when a stage's load is at least this multiple of its baseline (DynPipe: 2.0).
         low: trigger when it is at most this multiple (DynPipe: 0.5).
-        check_every: intervals between checks (DynPipe: every 50 iterations, one default interval).
+        check_every_iterations: iterations between checks (DynPipe: 50), whatever the decision interval.
     """
 
     high: float = 2.0
     low: float = 0.5
-    check_every: int = 1
+    check_every_iterations: int = 50
     name: str = "dynpipe"
     _baseline: np.ndarray | None = field(default=None, init=False)
-    _intervals: int = field(default=0, init=False)
+    _window: np.ndarray | None = field(default=None, init=False)  # iteration-weighted load since the last check
+    _window_iterations: int = field(default=0, init=False)
 
     def reset(self) -> None:
-        self._baseline, self._intervals = None, 0
+        self._baseline, self._window, self._window_iterations = None, None, 0
 
     def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
-        load = context.encoder.loads[0]  # this interval's measured load, as DynPipe's monitor reports it
-        if self._baseline is None or context.encoder.intervals_since_repartition == 0:
-            self._baseline = load.copy()
+        encoder = context.encoder
+        load = encoder.loads[0]  # this interval's measured load, as DynPipe's monitor reports it
+        if self._baseline is None or encoder.intervals_since_repartition == 0:
+            self._baseline, self._window, self._window_iterations = load.copy(), None, 0
             return KEEP
-        self._intervals += 1
-        if self._intervals % self.check_every:
+        iterations = encoder.latest.iterations if encoder.latest is not None else 1
+        self._window = load * iterations + (0.0 if self._window is None else self._window)
+        self._window_iterations += iterations
+        if self._window_iterations < self.check_every_iterations:
             return KEEP
-        ratio = load / self._baseline
+        ratio = self._window / self._window_iterations / self._baseline
+        self._window, self._window_iterations = None, 0
         if (np.any(ratio >= self.high) or np.any(ratio <= self.low)) and mask[REPLAN]:
             self._baseline = None  # re-measured in the interval after the re-plan
+            return REPLAN
+        return KEEP
+
+
+@dataclass
+class ThresholdPolicy(PolicyBase):
+    """The ski-rental rule (Greyhound, USENIX ATC'25): re-plan once the time already lost to the
+    current imbalance reaches the re-plan's stall, and only for a gain above the measured timer noise.
+
+    The count is :class:`~rlpipe.observation.LostTime` (the observation carries the same count with
+    the default arguments): while the re-plan's predicted gain exceeds ``max(min_gain, noise_multiple x
+    the measured timer noise)``, each interval adds the time it lost. Once that reaches the re-plan's
+    stall, and the gain has held for ``confirm_intervals`` intervals in a row (one noisy interval among
+    many stages is no imbalance), re-plan. Against a clairvoyant that knows how long the imbalance
+    lasts, paying at most the stall twice is the classic 2-competitive bound.
+
+    Args:
+        min_gain: the smallest predicted gain acted on (0.03: 3%).
+        noise_multiple: the gain must also exceed this many times the measured timer noise (sigma).
+        confirm_intervals: intervals in a row the gain must hold before a re-plan.
+    """
+
+    min_gain: float = 0.03
+    noise_multiple: float = 3.0
+    confirm_intervals: int = 2
+    name: str = "threshold"
+    _count: LostTime = field(default_factory=LostTime, init=False)
+
+    def __post_init__(self) -> None:
+        self._count = LostTime(self.min_gain, self.noise_multiple)
+
+    def reset(self) -> None:
+        self._count.reset()
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        encoder = context.encoder
+        now_ms, after_ms, stall_s = encoder.replan_figures
+        if encoder.latest is None:
+            return KEEP
+        self._count.update(now_ms, after_ms, encoder.noise_level, encoder.latest, bool(mask[REPLAN]))
+        if self._count.lost_s >= stall_s and self._count.held_intervals >= self.confirm_intervals:
+            self._count.reset()
             return REPLAN
         return KEEP
 

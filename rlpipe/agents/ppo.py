@@ -21,8 +21,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rlpipe import ENV_ID
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
+from rlpipe.agents.deployed import PPOPolicy
 from rlpipe.calibration import Calibration
-from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.errors import InputError
@@ -55,6 +55,7 @@ class TrainConfig:
     policy_kwargs: dict[str, Any] = field(default_factory=lambda: {"net_arch": [128, 128]})
     eval_freq: int = 20_000
     eval_episodes: int = 8
+    eval_duration_s: float = 1200.0
     checkpoint_freq: int = 100_000
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -72,7 +73,10 @@ class TrainConfig:
         unknown = set(block) - set(cls.__dataclass_fields__)
         if unknown:
             raise InputError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
-        return cls(**block)
+        env_kwargs = dict(block.get("env_kwargs") or {})
+        if isinstance(env_kwargs.get("calibration"), str):  # a file named in the config lies beside it
+            env_kwargs["calibration"] = str(Path(path).parent / env_kwargs["calibration"])
+        return cls(**{**block, "env_kwargs": env_kwargs})
 
 
 def _source_revision() -> str:
@@ -96,22 +100,6 @@ def _make_vec_env(config: TrainConfig, n_envs: int, seed: int) -> VecEnv:
     return vec
 
 
-class SB3Policy(PolicyBase):
-    """A (Maskable)PPO model behind the Policy protocol, for evaluation during training."""
-
-    def __init__(self, model: Any):
-        super().__init__()
-        self.model = model
-        self.name = "ppo-training"
-
-    def reset(self) -> None:
-        pass
-
-    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
-        action, _ = self.model.predict(observation, action_masks=mask, deterministic=True)
-        return int(action)
-
-
 class EfficiencyEvalCallback(BaseCallback):
     """Scores the deterministic policy by mean efficiency on the same held-out episodes every time
     (common random numbers, seeds never used in training) and keeps the best model.
@@ -128,7 +116,7 @@ class EfficiencyEvalCallback(BaseCallback):
         self.episodes = [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(config.eval_episodes)]
         self.every_calls = max(config.eval_freq // config.n_envs, 1)
         self.out = out
-        self.env = RepartitionEnv(**env_kwargs)
+        self.env = RepartitionEnv(**{**env_kwargs, "duration_s": config.eval_duration_s})
         self.best = -np.inf
         self.history: list[tuple[int, float]] = []
 
@@ -142,7 +130,7 @@ class EfficiencyEvalCallback(BaseCallback):
             self._evaluate()
 
     def _evaluate(self) -> None:
-        policy = SB3Policy(self.model)
+        policy = PPOPolicy(*actor_of(self.model, self.env.config.s_max, self.env.config.history))  # as deployed
         score = float(np.mean([run_episode(self.env, policy, seed, scenario).efficiency
                                for scenario, seed in self.episodes]))
         self.history.append((self.num_timesteps, score))
@@ -201,9 +189,9 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     return out / "policy.pt"
 
 
-def export(model: Any, s_max: int, history: int, out_dir: str | Path, training: dict[str, Any] | None = None,
-           stem: str = "policy") -> tuple[Path, Path]:
-    """Copy an SB3 (Maskable)PPO model's actor into a plain :class:`Actor` and save the artifact."""
+def actor_of(model: Any, s_max: int, history: int,
+             training: dict[str, Any] | None = None) -> tuple[Actor, ArtifactMeta]:
+    """An SB3 (Maskable)PPO model's actor as a plain :class:`Actor`, with the metadata acting needs."""
     policy = model.policy
     net_arch = policy.net_arch if isinstance(policy.net_arch, list) else policy.net_arch["pi"]
     activation = "relu" if "ReLU" in type(policy.activation_fn()).__name__ else "tanh"
@@ -213,6 +201,14 @@ def export(model: Any, s_max: int, history: int, out_dir: str | Path, training: 
     targets = [m for m in actor.net if hasattr(m, "weight")]
     for source, target in zip(linears, targets, strict=True):
         target.load_state_dict(source.state_dict())
+    actor.eval()
     meta = ArtifactMeta(OBSERVATION_VERSION, s_max, history, size, ActionLayout(s_max).num_actions,
                         list(net_arch), activation, training=training or {})
+    return actor, meta
+
+
+def export(model: Any, s_max: int, history: int, out_dir: str | Path, training: dict[str, Any] | None = None,
+           stem: str = "policy") -> tuple[Path, Path]:
+    """Copy an SB3 (Maskable)PPO model's actor into a plain :class:`Actor` and save the artifact."""
+    actor, meta = actor_of(model, s_max, history, training)
     return save_artifact(actor, meta, out_dir, stem)

@@ -27,11 +27,13 @@ from rlpipe.envs.measurement import MeasurementModel
 from rlpipe.errors import InputError
 from rlpipe.interference import InterferenceTrace, load_scenario
 from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, OBSERVATION_CLIP, ActionLayout, ObservationEncoder
-from rlpipe.partition import inflight_microbatches, optimal_boundaries, stage_edges
+from rlpipe.partition import bottleneck_dp, inflight_microbatches, stage_edges
 from rlpipe.planning import Planner
 from rlpipe.profile import LayerProfile, load_profile
-from rlpipe.simulator import NO_OVERHEADS, IterationTiming, MigrationCost, Overheads
-from rlpipe.stats import IntervalStats, StageStats
+from rlpipe.simulator import NO_OVERHEADS, IterationTiming, MigrationCost, Overheads, operation_graph, simulate_kernel
+from rlpipe.stats import IntervalStats
+
+CONGESTED_LINKS_GBPS = 10.0  # links' nominal bandwidth in episodes whose scenario congests them, Gbit/s
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class EnvConfig:
         calibration: a fit from ``rlpipe calibrate`` (or its JSON path): its measurement model and
             overheads join the draws (alone, when ``measurement_models`` is ``None``).
         bandwidth_gbps: link bandwidths between stages to draw from, Gbit/s (``inf``: free).
-        migration_overhead_s: range of the fixed cost of a repartition, s.
+        migration_overhead_s: range of the fixed cost of a repartition, s (drawn log-uniformly).
         migration_bandwidth_gbps: bandwidth parameters and optimizer state move at, Gbit/s.
         history: intervals of device load in the observation.
         invalid_action_penalty: subtracted from the reward of an invalid action.
@@ -68,9 +70,10 @@ class EnvConfig:
     s_max: int = DEFAULT_S_MAX
     microbatches: tuple[int, ...] = (8, 16, 32)
     schedules: tuple[str, ...] = ("1f1b", "gpipe")
-    scenarios: tuple[str, ...] = ("none", "light", "heavy", "bursty", "drift", "periodic")
+    scenarios: tuple[str, ...] = ("none", "light", "heavy", "bursty", "drift", "periodic", "persistent", "seqlen",
+                                  "network", "mixed")
     duration_s: float = 3600.0
-    interval_iterations: int = 50
+    interval_iterations: int = 10
     timer_noise: float = 0.03
     measurement_models: tuple[Any, ...] | None = None
     calibration: Calibration | str | None = None
@@ -148,9 +151,13 @@ class RepartitionEnv(gym.Env):
         choices = [m for m in cfg.microbatches if schedule == "gpipe" or m >= num_stages] or [max(cfg.microbatches)]
         microbatches = options.get("microbatches") or choices[int(rng.integers(len(choices)))]
         bandwidth = float(cfg.bandwidth_gbps[int(rng.integers(len(cfg.bandwidth_gbps)))])
-        overhead = float(rng.uniform(*cfg.migration_overhead_s))
+        low, high = cfg.migration_overhead_s  # drawn log-uniformly: every order of magnitude alike
+        log_overhead = rng.uniform(math.log(low), math.log(high))
+        overhead = low if low == high else float(math.exp(log_overhead))
         scenario = options.get("scenario") or cfg.scenarios[int(rng.integers(len(cfg.scenarios)))]
         trace = load_scenario(scenario, num_stages, cfg.duration_s, seed=int(rng.integers(2**31)))
+        if math.isinf(bandwidth) and np.any(trace.link_factor < 1):
+            bandwidth = CONGESTED_LINKS_GBPS  # a scenario that congests links needs links that cost something
         if self._timer_models is None:  # no further draws: the plain model keeps earlier episodes' streams
             measurement, stage_bias = MeasurementModel(sigma=cfg.timer_noise, name="plain"), np.ones(num_stages)
         else:
@@ -169,8 +176,11 @@ class RepartitionEnv(gym.Env):
         self._memory_inflight = inflight_microbatches(s.num_stages, s.microbatches, s.schedule)
         self._overheads = self._episode_overheads()
         self._timing_cache: dict[tuple[tuple[int, ...], int], IterationTiming] = {}
+        self._partition_cost_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._graph = operation_graph(s.num_stages, s.microbatches, s.schedule)
+        self._activation_bits = np.asarray(self.planner.costs.activation_bytes, dtype=np.float64) * 8e-6
         self._best_cache: dict[int, tuple[tuple[int, ...], float]] = {}
-        self._constants_cache: dict[tuple[int, ...], tuple[list[int], list[float], np.ndarray]] = {}
+        self._constants_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.boundaries = self.planner.ideal_boundaries
         self.time_s = 0.0
         self.iteration = 0
@@ -226,15 +236,31 @@ class RepartitionEnv(gym.Env):
     # --- the simulated pipeline ---------------------------------------------------------------
 
     def timing(self, boundaries: tuple[int, ...], row: int) -> IterationTiming:
-        """One iteration of ``boundaries`` under the true conditions of trace row ``row`` (cached)."""
+        """One iteration of ``boundaries`` under the true conditions of trace row ``row`` (cached).
+        The simulator's arithmetic (``PipelineCosts.simulate``), called straight into its kernel."""
         key = (boundaries, row)
         timing = self._timing_cache.get(key)
         if timing is None:
-            s = self.situation
-            timing = self._timing_cache[key] = self.planner.costs.simulate(
-                boundaries, s.schedule, s.microbatches, s.trace.slowdown[row], s.bandwidth_gbps,
-                s.trace.link_factor[row], self._overheads)
+            trace, overheads = self.situation.trace, self._overheads
+            stage_fwd, stage_bwd, link_ms = self._partition_costs(boundaries)
+            slowdown = trace.slowdown[row]
+            iteration, compute, comm, idle = simulate_kernel(  # type: ignore[call-arg]
+                *self._graph, stage_fwd * slowdown, stage_bwd * slowdown, link_ms / trace.link_factor[row]
+                if len(link_ms) == len(trace.link_factor[row]) else link_ms, float(overheads.op_ms))
+            if overheads.iteration_ms:
+                iteration, idle = iteration + overheads.iteration_ms, idle + overheads.iteration_ms
+            timing = self._timing_cache[key] = IterationTiming(float(iteration), compute, comm, np.maximum(idle, 0.0))
         return timing
+
+    def _partition_costs(self, boundaries: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A partition's interference-free forward and backward ms per stage and one-way link ms (cached)."""
+        costs = self._partition_cost_cache.get(boundaries)
+        if costs is None:
+            costs = self._partition_cost_cache[boundaries] = (
+                *self.planner.costs.stage_fwd_bwd_ms(boundaries),
+                self.planner.costs.link_ms(boundaries, self.situation.bandwidth_gbps) if len(boundaries) > 1
+                else np.zeros(1))
+        return costs
 
     def best_partition(self, row: int) -> tuple[tuple[int, ...], float]:
         """The best partition for the true conditions of trace row ``row`` and its iteration time, ms
@@ -242,9 +268,15 @@ class RepartitionEnv(gym.Env):
         best = self._best_cache.get(row)
         if best is None:
             s, planner = self.situation, self.planner
-            optimal, _ = optimal_boundaries(planner.profile.compute_ms(), planner.costs.activation_bytes,
-                                            planner.costs.state_bytes, 1.0 / s.trace.slowdown[row],
-                                            s.bandwidth_gbps * s.trace.link_factor[row])
+            num_stages = s.num_stages
+            roundtrip = np.zeros((max(num_stages - 1, 1), planner.num_layers))
+            if num_stages > 1:  # what optimal_boundaries does, without its checks
+                links_gbps = s.bandwidth_gbps * s.trace.link_factor[row]
+                roundtrip[:] = 2 * (self._activation_bits[None, :] / links_gbps[:, None])
+            found, _, _ = bottleneck_dp(planner.layer_compute_ms, roundtrip, planner.costs.state_bytes,
+                                        planner.costs.activation_bytes, 1.0 / s.trace.slowdown[row], np.inf,
+                                        np.ones(num_stages))
+            optimal = tuple(int(b) for b in found)
             candidates = [(self.timing(b, row).iteration_ms, b) for b in (optimal, planner.ideal_boundaries)]
             iteration_ms, boundaries = min(candidates)
             best = self._best_cache[row] = (boundaries, iteration_ms)
@@ -263,7 +295,7 @@ class RepartitionEnv(gym.Env):
             total += (until - since) * 1e3 / best_ms
         return max(total, 1e-12)
 
-    def _partition_constants(self, boundaries: tuple[int, ...]) -> tuple[list[int], list[float], np.ndarray]:
+    def _partition_constants(self, boundaries: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per stage of a partition: layer count, memory in bytes, profiled compute in ms (cached)."""
         constants = self._constants_cache.get(boundaries)
         if constants is None:
@@ -271,7 +303,7 @@ class RepartitionEnv(gym.Env):
             memory = (np.add.reduceat(self._state_bytes, firsts)
                       + self._memory_inflight * np.add.reduceat(self.planner.costs.activation_bytes, firsts))
             constants = self._constants_cache[boundaries] = (
-                np.diff(stage_edges(boundaries, self.planner.num_layers)).tolist(), memory.tolist(),
+                np.diff(stage_edges(boundaries, self.planner.num_layers)).astype(np.float64), memory.astype(np.float64),
                 np.add.reduceat(self._ideal_compute, firsts))
         return constants
 
@@ -297,9 +329,8 @@ class RepartitionEnv(gym.Env):
         measured = mean * s.measurement.noise(self.np_random, mean.shape)
         measured[0] *= s.stage_bias
         layers, memory, ideal_compute = self._partition_constants(self.boundaries)
-        columns = zip(*measured.tolist(), layers, memory, (measured[0] / ideal_compute).tolist())
-        stages = tuple(StageStats(*column) for column in columns)
-        stats = IntervalStats(self.iteration, k, time_s - start_s, stall_s, tuple(self.boundaries), stages)
+        stats = IntervalStats(self.iteration, k, time_s - start_s, stall_s, tuple(self.boundaries), measured[0],
+                              measured[1], measured[2], layers, memory, measured[0] / ideal_compute)
         return stats, time_s
 
 

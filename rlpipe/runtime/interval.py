@@ -101,7 +101,7 @@ def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iterat
                                  idle_ms=max(iteration_ms - compute_ms * microbatches, 0.0),
                                  num_layers=int(report.num_layers), memory_bytes=report.memory_bytes,
                                  device_load=compute_ms / max(report.profiled_compute_ms, 1e-9)))
-    return IntervalStats(iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, tuple(boundaries),
+    return IntervalStats.from_stages(iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, boundaries,
                          tuple(stages))
 
 

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from rlpipe.agents import DecisionContext, DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, make_policy
+from rlpipe.agents import (DecisionContext, DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, ThresholdPolicy,
+                           make_policy)
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
@@ -20,10 +21,12 @@ def drive(env, policy, steps):
     return actions
 
 
-def env_with_slowdown(factor: float, stages: int = 4, noise: float = 0.03) -> RepartitionEnv:
+def env_with_slowdown(factor: float, stages: int = 4, noise: float = 0.03, overhead_s: float = 0.5,
+                      interval: int = 10) -> RepartitionEnv:
     """An environment whose device 2 slows down by ``factor`` at t = 60 s and stays slow."""
     env = RepartitionEnv(min_stages=stages, max_stages=stages, timer_noise=noise, profiles=("transformer16",),
-                         schedules=("1f1b",), microbatches=(8,), scenarios=("none",), duration_s=3600)
+                         schedules=("1f1b",), microbatches=(8,), scenarios=("none",), duration_s=3600,
+                         migration_overhead_s=(overhead_s, overhead_s), interval_iterations=interval)
     env.reset(seed=0)
     slow = np.ones((2, stages))
     slow[1, 2] = factor
@@ -58,9 +61,9 @@ def test_greedy_moves_layers_off_a_slow_stage():
 
 
 def test_dynpipe_fires_on_sustained_2x_and_not_on_1_2x():
-    actions = drive(env_with_slowdown(2.0), DynPipePolicy(), 30)
+    actions = drive(env_with_slowdown(2.0), DynPipePolicy(), 150)
     assert actions.count(REPLAN) >= 1
-    actions = drive(env_with_slowdown(1.2), DynPipePolicy(), 30)
+    actions = drive(env_with_slowdown(1.2), DynPipePolicy(), 150)
     assert REPLAN not in actions
 
 
@@ -73,3 +76,27 @@ def test_oracle_is_never_below_static(scenario):
         oracle = run_episode(env, OraclePolicy(), seed, scenario)
         assert oracle.iterations_per_s >= static.iterations_per_s * (1 - 1e-6)
         assert oracle.efficiency >= static.efficiency - 1e-6
+
+
+def first_replan(actions) -> int | None:
+    return next((k for k, a in enumerate(actions) if a == REPLAN), None)
+
+
+def test_threshold_replans_once_the_lost_time_pays_the_stall():
+    cheap = drive(env_with_slowdown(2.0, overhead_s=0.05), ThresholdPolicy(), 120)
+    dear = drive(env_with_slowdown(2.0, overhead_s=5.0), ThresholdPolicy(), 120)
+    assert first_replan(cheap) is not None and first_replan(dear) is not None
+    assert first_replan(cheap) < first_replan(dear)  # a dearer stall waits for more lost time
+    assert REPLAN not in drive(env_with_slowdown(1.02), ThresholdPolicy(), 120)  # below the noise: never
+
+
+def test_threshold_does_not_chase_timer_noise():
+    env = RepartitionEnv(scenarios=("none",), timer_noise=0.05, duration_s=1800)
+    for seed in range(3):
+        assert run_episode(env, ThresholdPolicy(), seed, "none").repartitions_per_hour <= 1.0
+
+
+def test_dynpipe_checks_every_50_iterations_whatever_the_interval():
+    actions = drive(env_with_slowdown(3.0, interval=10), DynPipePolicy(), 60)
+    replan = first_replan(actions)
+    assert replan is not None and replan % 5 == 0  # baseline at interval 0, then a check every 5 intervals

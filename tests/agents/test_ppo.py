@@ -13,6 +13,7 @@ from rlpipe.agents.ppo import TrainConfig, train
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
+from rlpipe.observation import OBSERVATION_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def test_training_writes_the_artifact_and_logs(trained):
     assert (trained / "best" / "best_model.zip").exists() and any((trained / "checkpoints").iterdir())
     assert any((trained / "tb").rglob("events.out.tfevents.*"))
     meta = json.loads((trained / "policy.json").read_text())
-    assert meta["observation_version"] == 1 and meta["s_max"] == 8 and meta["training"]["seed"] == 1
+    assert meta["observation_version"] == OBSERVATION_VERSION and meta["s_max"] == 8 and meta["training"]["seed"] == 1
     assert (trained / "policy.pt").stat().st_size < 1_000_000
 
 

@@ -11,7 +11,7 @@ def interval(boundaries, loads, num_layers=16):
     edges = list(boundaries) + [num_layers]
     stages = tuple(StageStats(float(compute[a:b].sum() * load), 0.0, 1.0, b - a, 1e6, load)
                    for a, b, load in zip(edges, edges[1:], loads))
-    return IntervalStats(10, 10, 2.0, 0.0, tuple(boundaries), stages)
+    return IntervalStats.from_stages(10, 10, 2.0, 0.0, tuple(boundaries), stages)
 
 
 def test_dynpipe_controller_replans_off_a_straggler_and_logs_latency():
