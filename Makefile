@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast lint demo bench clean
+.PHONY: setup test test-fast lint gpu-check demo bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ lint: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# on a machine with CUDA GPUs: NCCL stages, live repartitions, a PPO controller (skipped without GPUs)
+gpu-check: setup
+	$(BIN)/pip install --quiet 'nvidia-ml-py>=12'
+	$(BIN)/python -m pytest -q -m gpu -rs
 
 demo: setup
 	$(BIN)/rlpipe demo --out demo-out

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 EVALUATE_POLICIES = "static,greedy,dynpipe,oracle"
 EVALUATE_SCENARIOS = "bursty,heavy,drift"
-DEMO_POLICIES = "static,dynpipe,ppo"
+DEMO_POLICIES = "static,dynpipe,threshold,ppo"
 
 
 def _floats(text: str, option: str) -> list[float]:
@@ -289,30 +289,40 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 # --- demo ------------------------------------------------------------------------------------
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    """The main job on embedded defaults: a live pipeline under injected interference, once per policy."""
+    """The main job on embedded defaults: a live pipeline on emulated device time under an injected
+    window that teaches both lessons (hold through mild noise, move for a lasting straggler), once per
+    policy, then the comparison and its timeline."""
+    import os
+
     import torch
 
+    from rlpipe.interference import check_scenario
     from rlpipe.models import load_model
     from rlpipe.profile import measure_profile
     from rlpipe.report import write_report
     from rlpipe.runtime.config import RunConfig
+    from rlpipe.runtime.device_time import emulated_run_s
     from rlpipe.runtime.launch import launch
 
+    check_scenario(args.scenario)
+    policies = _names(args.policies, "--policies", DEMO_POLICIES)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = RunConfig(model="transformer", layers=12, stages=4, schedule="1f1b", microbatches=4, batch=16,
                      iterations=args.iterations, interval=10, seed=3, interference=args.scenario,
-                     inject="throttle", time_scale=20.0)
+                     inject="throttle", device_time="emulated", profile=str(out / "profile.json"))
     torch.set_num_threads(1)
     spec = load_model(base.model, base.layers, base.batch // base.microbatches, seed=base.seed)
-    measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name="transformer12").save(
-        out / "profile.json")
+    profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name="transformer12")
+    profile.save(out / "profile.json")
+    run_s = emulated_run_s(profile, base.stages, base.schedule, base.microbatches, base.iterations,
+                           len(os.sched_getaffinity(0)))
+    base.time_scale = 3600.0 / run_s  # the scenario's hour spans each run
     logs = []
-    for policy in _names(args.policies, "--policies", DEMO_POLICIES):
-        print(f"\n=== {policy}: live 4-stage pipeline, injected {args.scenario} (throttle) ===", flush=True)
+    for policy in policies:
+        print(f"\n=== {policy}: live 4-stage pipeline, emulated device time, injected {args.scenario} ===", flush=True)
         log = out / f"{policy.split(':')[0]}.jsonl"
-        config = RunConfig(**{**base.__dict__, "policy": policy, "log": str(log), "profile": str(out / "profile.json")})
-        if launch(config):
+        if launch(RunConfig(**{**base.__dict__, "policy": policy, "log": str(log)})):
             raise SystemExit(1)
         logs.append(str(log))
     files = write_report(logs, out)
@@ -417,11 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("logs", nargs="+", help="run logs (JSONL from rlpipe run --log)")
     p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
 
-    p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage transformer pipeline under "
-            "injected interference, run once per policy, then a comparison table and plots (~5 minutes).")
+    p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage transformer pipeline on emulated "
+            "device time under an injected window (mild noise to hold through, a short burst, then a lasting "
+            "straggler to move for), run once per policy, then a comparison table and plots (~5 minutes).")
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
     p.add_argument("--policies", action="append", help=f"policies to compare (default {DEMO_POLICIES})")
-    p.add_argument("--scenario", default="bursty", help="injected scenario (default bursty)")
+    p.add_argument("--scenario", default="window", help="injected scenario, stretched over each run (default "
+                   "window)")
     p.add_argument("--iterations", type=int, default=250, help="iterations per run (default 250)")
 
     p = add("run", cmd_run, "Train a model as a live pipeline of stage processes on torch.distributed "

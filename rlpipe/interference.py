@@ -398,6 +398,35 @@ def _mixed(rng: np.random.Generator, num_devices: int, duration_s: float) -> Pre
     return per_device, _congestion(rng, num_devices, duration_s, 3600.0)
 
 
+def _mild_noise(rng: np.random.Generator, duration_s: float) -> list[Interval]:
+    """Every 60-240 s a new mild slowdown of 1.00-1.08: timer-scale noise that nothing should chase."""
+    intervals: list[Interval] = []
+    time_s = 0.0
+    while time_s < duration_s:
+        length = float(rng.uniform(60.0, 240.0))
+        intervals.append((time_s, min(time_s + length, duration_s), 1.0 + float(rng.uniform(0.0, 0.08))))
+        time_s += length
+    return intervals
+
+
+def _calm(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """Mild noise alone (no slowdown above 1.08): the right answer is to hold."""
+    return [_mild_noise(rng, duration_s) for _ in range(num_devices)], []
+
+
+def _window(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
+    """The demo's and the live benchmark's window, for both lessons: mild noise everywhere; a short 2x
+    burst on one stage from 10% to 14% of the window; from 25% to the end a 3x straggler on another
+    (after a baseline has been measured, so that a trigger rule can fire)."""
+    per_device = [_mild_noise(rng, duration_s) for _ in range(num_devices)]
+    burst = int(rng.integers(num_devices))
+    per_device[burst].append((0.10 * duration_s, 0.14 * duration_s, 2.0))
+    if num_devices > 1:
+        straggler = (burst + 1 + int(rng.integers(num_devices - 1))) % num_devices
+        per_device[straggler].append((0.25 * duration_s, duration_s, 3.0))
+    return per_device, []
+
+
 PRESET_GENERATORS: dict[str, Callable[[np.random.Generator, int, float], PresetDraw]] = {
     "none": lambda rng, num_devices, duration_s: ([[] for _ in range(num_devices)], []),
     "light": _light,
@@ -410,6 +439,8 @@ PRESET_GENERATORS: dict[str, Callable[[np.random.Generator, int, float], PresetD
     "seqlen": _seqlen,
     "network": _network,
     "mixed": _mixed,
+    "calm": _calm,
+    "window": _window,
 }
 """Every preset by name. A preset's position seeds its generator: append new ones at the end."""
 PRESETS = tuple(PRESET_GENERATORS)

@@ -19,7 +19,9 @@ import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -34,13 +36,22 @@ from rlpipe.errors import InputError
 
 @dataclass
 class ModelSpec:
-    """A model split into layers, with one example micro-batch to train or profile it on."""
+    """A model split into layers, with one example micro-batch to train or profile it on.
+
+    Attributes:
+        batches: where training data comes from (``None``: synthetic batches shaped like the
+            example): ``batches(iteration, batch_size) -> (inputs, targets)``.
+    """
 
     name: str
     layers: list[nn.Module]
     example_microbatch: torch.Tensor
     target: torch.Tensor
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    batches: Batches | None = None
+
+
+Batches = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
 
 
 class _Flatten2d(nn.Module):
@@ -54,60 +65,124 @@ def _token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Te
     return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
 
 
+def _building(meta: bool) -> AbstractContextManager:
+    """Where layers are built: on the meta device (structure only, no storage) or as usual."""
+    return torch.device("meta") if meta else nullcontext()
+
+
 def transformer(num_layers: int = 8, microbatch_size: int = 4, d_model: int = 128, seq_len: int = 64,
-                vocab: int = 2048) -> ModelSpec:
+                vocab: int = 2048, meta: bool = False) -> ModelSpec:
     """Token embedding, ``num_layers - 2`` encoder blocks, a vocabulary head: ends differ from the middle."""
     if num_layers < 3:
         raise InputError(f"--layers: the transformer needs at least 3 layers, got {num_layers}")
-    layers: list[nn.Module] = [nn.Embedding(vocab, d_model)]
-    layers += [nn.TransformerEncoderLayer(d_model, nhead=4, dim_feedforward=4 * d_model, dropout=0.0,
-                                          batch_first=True) for _ in range(num_layers - 2)]
-    layers.append(nn.Linear(d_model, vocab))
+    with _building(meta):
+        layers: list[nn.Module] = [nn.Embedding(vocab, d_model)]
+        layers += [nn.TransformerEncoderLayer(d_model, nhead=4, dim_feedforward=4 * d_model, dropout=0.0,
+                                              batch_first=True) for _ in range(num_layers - 2)]
+        layers.append(nn.Linear(d_model, vocab))
     tokens = torch.randint(0, vocab, (microbatch_size, seq_len))
     target = torch.roll(tokens, shifts=-1, dims=1)
     return ModelSpec(f"transformer{num_layers}", layers, tokens, target, _token_cross_entropy)
 
 
-def mlp(num_layers: int = 8, microbatch_size: int = 32, width: int = 512) -> ModelSpec:
+def mlp(num_layers: int = 8, microbatch_size: int = 32, width: int = 512, meta: bool = False) -> ModelSpec:
     """``num_layers`` Linear+ReLU blocks of equal width: nearly uniform layer costs."""
-    layers: list[nn.Module] = [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(num_layers - 1)]
-    layers.append(nn.Linear(width, 10))
+    with _building(meta):
+        layers: list[nn.Module] = [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(num_layers - 1)]
+        layers.append(nn.Linear(width, 10))
     x = torch.randn(microbatch_size, width)
     target = torch.randint(0, 10, (microbatch_size,))
     return ModelSpec(f"mlp{num_layers}", layers, x, target, F.cross_entropy)
 
 
-def cnn(num_layers: int = 8, microbatch_size: int = 8, image: int = 64) -> ModelSpec:
+def cnn(num_layers: int = 8, microbatch_size: int = 8, image: int = 64, meta: bool = False) -> ModelSpec:
     """Convolutions that halve resolution and double channels every other layer until 8x8: costs are
     strongly uneven (early layers heavy in compute and activations, late ones in parameters)."""
     if num_layers < 2:
         raise InputError(f"--layers: the cnn needs at least 2 layers, got {num_layers}")
     layers: list[nn.Module] = []
     channels, size = 3, image
-    for index in range(num_layers - 1):
-        downsample = index % 2 == 1 and size > 8
-        out_channels = 32 if index == 0 else channels * (2 if downsample else 1)
-        layers.append(nn.Sequential(nn.Conv2d(channels, out_channels, 3, stride=2 if downsample else 1, padding=1),
-                                    nn.ReLU()))
-        channels, size = out_channels, size // 2 if downsample else size
-    layers.append(nn.Sequential(_Flatten2d(), nn.Linear(channels, 10)))
+    with _building(meta):
+        for index in range(num_layers - 1):
+            downsample = index % 2 == 1 and size > 8
+            out_channels = 32 if index == 0 else channels * (2 if downsample else 1)
+            layers.append(nn.Sequential(nn.Conv2d(channels, out_channels, 3, stride=2 if downsample else 1,
+                                                  padding=1), nn.ReLU()))
+            channels, size = out_channels, size // 2 if downsample else size
+        layers.append(nn.Sequential(_Flatten2d(), nn.Linear(channels, 10)))
     x = torch.randn(microbatch_size, 3, image, image)
     target = torch.randint(0, 10, (microbatch_size,))
     return ModelSpec(f"cnn{num_layers}", layers, x, target, F.cross_entropy)
 
 
-BUILTIN_MODELS: dict[str, Callable[..., ModelSpec]] = {"transformer": transformer, "mlp": mlp, "cnn": cnn}
+CORPUS_BYTES = 2_000_000
+
+
+def stdlib_text(limit: int = CORPUS_BYTES) -> torch.Tensor:
+    """Real text that ships with every Python: the standard library's own source files, in a fixed
+    order, as bytes (at most ``limit``), a uint8 tensor; no download."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chunks, total = [], 0
+    for path in sorted(root.glob("*.py")):
+        data = path.read_bytes()
+        chunks.append(data)
+        total += len(data)
+        if total >= limit:
+            break
+    if total == 0:
+        raise InputError(f"charlm: no Python source files found under {root}")
+    return torch.frombuffer(bytearray(b"".join(chunks)[:limit]), dtype=torch.uint8)
+
+
+def charlm(num_layers: int = 8, microbatch_size: int = 4, d_model: int = 128, seq_len: int = 64,
+           meta: bool = False) -> ModelSpec:
+    """A character-level language model trained on the Python standard library's source: byte
+    embedding, ``num_layers - 2`` causal encoder blocks, a 256-way head. Its loss falls from ln 256."""
+    if num_layers < 3:
+        raise InputError(f"--layers: charlm needs at least 3 layers, got {num_layers}")
+    with _building(meta):
+        layers: list[nn.Module] = [nn.Embedding(256, d_model)]
+        layers += [_CausalBlock(d_model) for _ in range(num_layers - 2)]
+        layers.append(nn.Linear(d_model, 256))
+    text = stdlib_text()
+
+    def batches(iteration: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``batch_size`` windows of the text at places drawn from the iteration's own seed."""
+        generator = torch.Generator().manual_seed(iteration)
+        starts = torch.randint(0, len(text) - seq_len - 1, (batch_size,), generator=generator)
+        windows = torch.stack([text[s:s + seq_len + 1] for s in starts.tolist()]).long()
+        return windows[:, :-1], windows[:, 1:]
+
+    inputs, targets = batches(0, microbatch_size)
+    return ModelSpec(f"charlm{num_layers}", layers, inputs, targets, _token_cross_entropy, batches)
+
+
+class _CausalBlock(nn.TransformerEncoderLayer):
+    """A transformer encoder block that only looks back (a language model's block)."""
+
+    def __init__(self, d_model: int):
+        super().__init__(d_model, nhead=4, dim_feedforward=4 * d_model, dropout=0.0, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
+        return super().forward(x, src_mask=mask, is_causal=True)
+
+
+BUILTIN_MODELS: dict[str, Callable[..., ModelSpec]] = {"transformer": transformer, "mlp": mlp, "cnn": cnn,
+                                                       "charlm": charlm}
 
 
 def load_model(spec: str, num_layers: int | None = None, microbatch_size: int | None = None,
-               seed: int = 0) -> ModelSpec:
+               seed: int = 0, meta: bool = False) -> ModelSpec:
     """Build a built-in model by name, or call a user's ``pkg.module:factory`` or ``path/to/file.py:factory``.
 
     ``seed`` seeds torch first, so every process that builds the model gets the same parameters.
+    ``meta``: build a built-in model's layers as structure only (the meta device); a rank then gives
+    values to the layers it owns (``runtime.layers.initialise``). A factory always builds for real.
     """
     torch.manual_seed(seed)
     if spec in BUILTIN_MODELS:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"meta": meta}
         if num_layers is not None:
             kwargs["num_layers"] = num_layers
         if microbatch_size is not None:
@@ -122,16 +197,33 @@ def load_model(spec: str, num_layers: int | None = None, microbatch_size: int | 
     if not callable(factory):
         raise InputError(f"--model '{spec}': {target} has no callable '{attr}'")
     result = factory()
-    if not isinstance(result, tuple) or len(result) != 4:
-        raise InputError(f"--model '{spec}': the factory must return (layers, example_microbatch, target, loss_fn)")
-    layers, example, target_tensor, loss_fn = result
+    if not isinstance(result, tuple) or len(result) not in (4, 5):
+        raise InputError(f"--model '{spec}': the factory must return (layers, example_microbatch, target, loss_fn) "
+                         f"or those and a data source")
+    layers, example, target_tensor, loss_fn = result[:4]
     layer_list = list(layers) if isinstance(layers, (nn.Sequential, list, tuple, nn.ModuleList)) else None
     if not layer_list or not all(isinstance(layer, nn.Module) for layer in layer_list):
         raise InputError(f"--model '{spec}': layers must be an nn.Sequential or a list of nn.Module")
     if not isinstance(example, torch.Tensor) or example.dim() == 0:
         raise InputError(f"--model '{spec}': example_microbatch must be a tensor with a batch dimension")
     name = Path(target).stem if target.endswith(".py") else target.rpartition(".")[2]
-    return ModelSpec(name, layer_list, example, target_tensor, loss_fn)
+    return ModelSpec(name, layer_list, example, target_tensor, loss_fn, _data_source(result[4], spec)
+                     if len(result) == 5 else None)
+
+
+def _data_source(source: Any, spec: str) -> Batches:
+    """A factory's data source as ``batches(iteration, batch_size)``: a callable so, or an iterable of
+    ``(inputs, targets)`` batches, cycled through."""
+    if callable(source):
+        return source
+    try:
+        cached = [tuple(batch) for batch in source]
+    except TypeError:
+        raise InputError(f"--model '{spec}': the data source must be batches(iteration, batch_size) or an "
+                         f"iterable of (inputs, targets)") from None
+    if not cached or any(len(batch) != 2 for batch in cached):
+        raise InputError(f"--model '{spec}': the data source must hold (inputs, targets) pairs")
+    return lambda iteration, batch_size: cached[iteration % len(cached)]
 
 
 def _import_module_or_file(target: str, spec: str) -> ModuleType:

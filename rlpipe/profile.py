@@ -174,31 +174,41 @@ def load_profile(name_or_path: str | Path) -> LayerProfile:
 
 
 def measure_profile(layers: Sequence[Any], example_microbatch: Any, target: Any, loss_fn: Callable,
-                    name: str = "model", warmup: int = 2, repeats: int = 5) -> LayerProfile:
+                    name: str = "model", warmup: int = 2, repeats: int = 5, device: Any = None) -> LayerProfile:
     """Time each layer's forward and backward on this machine, one micro-batch at a time.
 
     Each layer runs on the (detached) output of the layer before it, so its time is its own. The
     last layer's forward includes the loss and its backward starts from the loss. Times are the
-    median of ``repeats`` runs after ``warmup`` runs; optimizer bytes assume Adam (two moments).
+    median of ``repeats`` runs after ``warmup`` runs; optimizer bytes assume Adam (two moments). On a
+    GPU (``device``) the clock waits for the device before it reads the time.
     """
     import torch
+
+    synchronise = (lambda: torch.cuda.synchronize(device)) if getattr(device, "type", "cpu") == "cuda" else (
+        lambda: None)
 
     costs = []
     layer_input = example_microbatch
     for index, layer in enumerate(layers):
+        home = next((t.device for t in layer.parameters()), None)
+        if device is not None and home is not None and home != torch.device(device):
+            layer.to(device)  # one layer at a time on the device, back home after its timing
         is_last = index == len(layers) - 1
         fwd_samples, bwd_samples = [], []
         for run in range(warmup + repeats):
             x = layer_input.detach().requires_grad_(layer_input.is_floating_point())
+            synchronise()
             start = time.perf_counter()
             out = layer(x)
             head = loss_fn(out, target) if is_last else out
+            synchronise()
             mid = time.perf_counter()
             if head.requires_grad:
                 if is_last:
                     head.backward()
                 else:
                     head.backward(torch.ones_like(head))
+            synchronise()
             end = time.perf_counter()
             layer.zero_grad(set_to_none=True)
             if run >= warmup:
@@ -214,4 +224,6 @@ def measure_profile(layers: Sequence[Any], example_microbatch: Any, target: Any,
             optimizer_bytes=int(2 * param_bytes),
         ))
         layer_input = out.detach()
+        if device is not None and home is not None and home != torch.device(device):
+            layer.to(home)
     return LayerProfile(name=name, microbatch_size=int(example_microbatch.shape[0]), layers=tuple(costs))

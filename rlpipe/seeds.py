@@ -16,3 +16,10 @@ DATA_SEED_STRIDE = 1_000_003
 
 TARGET_SEED_OFFSET = 7919
 """Live synthetic targets use the data seed plus this, so inputs and targets are independent."""
+
+LAYER_SEED_STRIDE = 10_007
+"""A layer built from structure alone (the meta device) is initialised from ``seed * LAYER_SEED_STRIDE
++ its index``: whichever rank builds it gets the same values."""
+
+DEMONSTRATION_SEED_BASE = 70_000_003
+"""A teacher's demonstrations (training's imitation phase) come from episodes seeded from here on."""

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,3 +36,16 @@ def test_quick_start_runs_as_written(tmp_path):
     assert (out / "eval" / "results.md").exists() and (out / "report" / "timeline.png").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["configs", "out"]  # nothing lands beside out/
     assert "out/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_own_script_runs_under_torchrun(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    script = text.split("# own-script\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "own_script.py").write_text(script)
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    result = subprocess.run([torchrun, "--nproc-per-node", "2", "own_script.py"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = [torch.load(tmp_path / f"pipeline-rank{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert sum(len(s["layers"]) for s in saved) == 6  # three Linear layers' weights and biases, split over the ranks

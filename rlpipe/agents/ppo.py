@@ -20,6 +20,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rlpipe import ENV_ID
+from rlpipe.agents import imitation
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
 from rlpipe.agents.deployed import PPOPolicy
 from rlpipe.calibration import Calibration
@@ -56,6 +57,10 @@ class TrainConfig:
     eval_freq: int = 20_000
     eval_episodes: int = 8
     eval_duration_s: float = 1200.0
+    imitate: str | None = None  # a heuristic whose decisions the actor learns first (None: from scratch)
+    imitation_steps: int = 500_000
+    imitation_epochs: int = 8
+    critic_warmup_steps: int = 200_000  # the critic learns the cloned actor's values, the actor held still
     checkpoint_freq: int = 100_000
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -169,8 +174,11 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         hyper["learning_rate"] = lambda progress_remaining: progress_remaining * initial
     model = MaskablePPO(config.policy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
+    if config.imitate:
+        _imitate(model, config, progress)
     try:
-        model.learn(total_timesteps=config.n_timesteps, callback=callbacks, progress_bar=progress)
+        model.learn(total_timesteps=config.n_timesteps, callback=callbacks, progress_bar=progress,
+                    tb_log_name="ppo")
     finally:  # an interrupted run keeps what it learned
         model.save(out / "final_model.zip")
         checkpoints = out / "checkpoints"
@@ -187,6 +195,21 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         "selected": "best on held-out seeds" if best.exists() else "final",
         "calibration": asdict(Calibration.load(calibration)) if isinstance(calibration, str) else None})
     return out / "policy.pt"
+
+
+def _imitate(model: Any, config: TrainConfig, progress: bool) -> None:
+    """The actor learns the teacher's decisions; the critic then learns their value (actor held still)."""
+    if progress:
+        print(f"imitation: {config.imitation_steps:,} decisions of {config.imitate} ...", flush=True)
+    demonstrations = imitation.collect(_env_kwargs(config), str(config.imitate), config.imitation_steps)
+    accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs, seed=config.seed)
+    if progress:
+        print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; the critic learns their value "
+              f"({config.critic_warmup_steps:,} steps)", flush=True)
+    if config.critic_warmup_steps:
+        imitation.hold_actor(model.policy, True)
+        model.learn(total_timesteps=config.critic_warmup_steps, progress_bar=progress, tb_log_name="critic")
+        imitation.hold_actor(model.policy, False)
 
 
 def actor_of(model: Any, s_max: int, history: int,

@@ -1,6 +1,13 @@
 """The live runtime: stage processes on torch.distributed, live layer migration, monitoring.
 
-``rlpipe run`` launches one process per stage on this machine (:mod:`rlpipe.runtime.launch`);
-``torchrun ... -m rlpipe.runtime ARGS`` runs the same worker (:mod:`rlpipe.runtime.worker`) across
-machines through torchrun's rendezvous. Nothing else in rlpipe imports this package except the CLI.
+:class:`AdaptivePipeline` is the library API: a user's own script, loop and data under torchrun.
+``rlpipe run`` launches one process per stage on this machine (:mod:`rlpipe.runtime.launch`), each a
+loop around it (:mod:`rlpipe.runtime.worker`); ``torchrun ... -m rlpipe.runtime ARGS`` runs the same
+worker across machines through torchrun's rendezvous. Nothing else in rlpipe imports this package
+except the CLI.
 """
+
+from rlpipe.runtime.config import PipelineConfig
+from rlpipe.runtime.pipeline import AdaptivePipeline
+
+__all__ = ["AdaptivePipeline", "PipelineConfig"]

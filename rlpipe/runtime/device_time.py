@@ -15,10 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from rlpipe.partition import optimal_partition
+from rlpipe.profile import LayerProfile
 from rlpipe.runlog import INVALID_OVERRUN_FRACTION
 from rlpipe.runtime.injection import Injector
+from rlpipe.simulator import PipelineCosts
 
-__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "default_scale"]
+__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "default_scale", "emulated_run_s"]
 
 DEVICE_TIME_MODES = ("real", "emulated")
 EMULATION_MARGIN = 2.0  # emulated time this many times the real compute expected under contention
@@ -39,16 +44,30 @@ def default_scale(profile_ms: float, real_ms: float, processes: int, cores: int)
     return max(math.ceil(scale * 10) / 10, 0.1)
 
 
+def emulated_run_s(profile: LayerProfile, stages: int, schedule: str, microbatches: int, iterations: int,
+                   cores: int) -> float:
+    """How long ``iterations`` iterations of the profile's optimal partition take in emulated device
+    time at the default scale for ``stages`` processes on ``cores`` cores, s (the profile measured
+    here), e.g. to stretch a scenario's window over a run with ``--time-scale``."""
+    boundaries = optimal_partition(profile, stages, microbatches=microbatches, schedule=schedule).partition.boundaries
+    iteration_ms = PipelineCosts(profile).simulate(boundaries, schedule, microbatches).iteration_ms
+    return iterations * iteration_ms * default_scale(1.0, 1.0, stages, cores) / 1e3
+
+
 class DeviceClock:
     """Times one stage's compute chunks and accounts its device time.
 
     Args:
         mode: ``real`` or ``emulated``.
         injector: the injected interference of this stage's device (``None``: none).
+        device: the stage's device: on a GPU a chunk is over when the device has finished it, so the
+            clock waits for the device before it reads the time.
     """
 
-    def __init__(self, mode: str, injector: Injector | None = None):
+    def __init__(self, mode: str, injector: Injector | None = None, device: torch.device | None = None):
         self.mode, self.injector = mode, injector
+        self.synchronise = (lambda: torch.cuda.synchronize(device)) if device is not None and device.type == "cuda" \
+            else (lambda: None)
         self.forward_ms = self.backward_ms = 0.0  # emulated device time of one chunk of the current stage
         self.compute_s = 0.0
         self.chunks = self.overran = 0
@@ -60,10 +79,12 @@ class DeviceClock:
 
     def timed(self, chunk: Callable[..., Any], backward: bool, *args: Any, **kwargs: Any) -> Any:
         """Run one compute chunk and account its device time."""
+        self.synchronise()
         start = time.perf_counter()
         try:
             return chunk(*args, **kwargs)
         finally:
+            self.synchronise()
             real_s = time.perf_counter() - start
             if self.mode == "emulated":
                 slowdown = self.injector.slowdown() if self.injector is not None else 1.0

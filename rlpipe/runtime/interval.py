@@ -54,11 +54,14 @@ class StageReport:
         compute_s_per_iteration: seconds of forward + backward compute per timed iteration.
         busy_s: wall seconds the interval's iterations took on this rank.
         num_layers: layers the stage holds.
-        memory_bytes: parameters and optimizer state of those layers, bytes.
+        memory_bytes: parameters and optimizer state held on the rank, bytes.
+        resident_param_bytes: parameters that hold storage on the rank, bytes.
         profiled_compute_ms: the interference-free device time of those layers (the profile's, emulated:
             scaled), forward + backward, ms per micro-batch.
         chunks: compute chunks timed (emulated device time only, else 0).
         overran: those whose real compute overran their emulated time.
+        gpu_utilization: the GPU's utilisation from NVML, % (-1: no GPU or no NVML).
+        gpu_memory_bytes: the GPU's memory in use from NVML, bytes (-1 likewise).
         losses: per-iteration losses (the last stage's are the run's), padded to the interval.
     """
 
@@ -66,27 +69,33 @@ class StageReport:
     busy_s: float
     num_layers: float
     memory_bytes: float
+    resident_param_bytes: float
     profiled_compute_ms: float
     chunks: int
     overran: int
+    gpu_utilization: float
+    gpu_memory_bytes: float
     losses: tuple[float, ...]
 
     def pack(self) -> torch.Tensor:
         return torch.tensor([self.compute_s_per_iteration, self.busy_s, self.num_layers, self.memory_bytes,
-                             self.profiled_compute_ms, self.chunks, self.overran, *self.losses], dtype=torch.float64)
+                             self.resident_param_bytes, self.profiled_compute_ms, self.chunks, self.overran,
+                             self.gpu_utilization, self.gpu_memory_bytes, *self.losses], dtype=torch.float64)
 
     @classmethod
     def unpack(cls, row: torch.Tensor) -> StageReport:
-        compute_s, busy_s, num_layers, memory_bytes, profiled_ms, chunks, overran, *losses = row.tolist()
-        return cls(compute_s, busy_s, num_layers, memory_bytes, profiled_ms, int(chunks), int(overran), tuple(losses))
+        (compute_s, busy_s, num_layers, memory_bytes, resident, profiled_ms, chunks, overran, gpu_utilization,
+         gpu_memory, *losses) = row.tolist()
+        return cls(compute_s, busy_s, num_layers, memory_bytes, resident, profiled_ms, int(chunks), int(overran),
+                   gpu_utilization, gpu_memory, tuple(losses))
 
 
-def exchange_reports(own: StageReport, world: int) -> list[StageReport]:
+def exchange_reports(own: StageReport, world: int, device: torch.device) -> list[StageReport]:
     """Every rank's report, in rank order (collective: all ranks call it with reports of one length)."""
-    packed = own.pack()
+    packed = own.pack().to(device)
     everyone = [torch.zeros_like(packed) for _ in range(world)]
     dist.all_gather(everyone, packed)
-    return [StageReport.unpack(row) for row in everyone]
+    return [StageReport.unpack(row.cpu()) for row in everyone]
 
 
 def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iteration: int,

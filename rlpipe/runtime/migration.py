@@ -1,23 +1,26 @@
-"""Moving layers between live stages: parameters, buffers and Adam state, point to point.
+"""Moving layers between live stages: parameters, buffers and optimizer state, point to point.
 
-Every rank holds a copy of every layer's module (built from the same seed), so a receiver knows
-each layer's shapes; what travels is the owner's current values, received straight into the
-receiver's copy, which no stage uses until the move commits. A transfer is atomic: every rank
-reports whether its part arrived intact, and all commit together or all keep the old partition
-(an aborted receipt only refreshed a copy nobody trains).
+A rank holds only the layers its stage owns; the others keep their structure without storage (the
+``meta`` device). A receiver materialises a layer it gains (empty storage on its device) and the
+owner's current values land straight in it. The layer's optimizer state, whatever the optimizer keeps
+per parameter (Adam's step and moments, SGD's momentum buffer), follows: a small JSON header describes
+it first, so that the receiver can allocate it. A transfer is atomic: every rank reports whether its
+part arrived intact, and all commit together (the giver then frees the layers) or all keep the old
+partition (the receiver frees its copies again).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from rlpipe.partition import Partition
-
-STATE_KEYS = ("exp_avg", "exp_avg_sq")
+from rlpipe.runtime.layers import materialise
 
 
 def transfer_plan(old: tuple[int, ...], new: tuple[int, ...], num_layers: int) -> dict[tuple[int, int], list[int]]:
@@ -37,93 +40,128 @@ def _params(layer: nn.Module) -> list[nn.Parameter]:
     return [p for _, p in sorted(layer.named_parameters())]
 
 
-def outgoing(layers: list[nn.Module], optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """What a sender sends, in order and without copying: per layer a float64 header (has Adam
-    state, each parameter's step), its parameters and buffers, then each parameter's two moments
-    (zeros before the optimizer's first step)."""
-    tensors: list[torch.Tensor] = []
+def describe_state(layers: list[nn.Module], optimizer: torch.optim.Optimizer) -> list[list[list[list[Any]]]]:
+    """Per layer, per parameter, the optimizer's state as ``[key, "tensor", dtype, shape, on_cpu]`` or
+    ``[key, "value", number]`` entries (keys sorted): what a receiver needs to allocate it."""
+    description = []
     for layer in layers:
-        params = _params(layer)
-        states = [optimizer.state.get(p, {}) for p in params]
-        has_state = bool(params) and all(states)
-        steps = [float(state["step"]) if has_state else 0.0 for state in states]
-        tensors.append(torch.tensor([1.0 if has_state else 0.0, *steps], dtype=torch.float64))
-        tensors += _values(layer)
-        for p, state in zip(params, states):
-            tensors += [state[key] if has_state else torch.zeros_like(p) for key in STATE_KEYS]
-    return tensors
+        per_param = []
+        for p in _params(layer):
+            entries: list[list[Any]] = []
+            for key, value in sorted(optimizer.state.get(p, {}).items()):
+                if isinstance(value, torch.Tensor):
+                    entries.append([key, "tensor", str(value.dtype).removeprefix("torch."), list(value.shape),
+                                    value.device.type == "cpu"])
+                else:
+                    entries.append([key, "value", value])
+            per_param.append(entries)
+        description.append(per_param)
+    return description
+
+
+def _state_tensors(layers: list[nn.Module], optimizer: torch.optim.Optimizer,
+                   device: torch.device) -> list[torch.Tensor]:
+    """The state tensors of :func:`describe_state`, in its order, on the transfer device."""
+    return [value.to(device) for layer in layers for p in _params(layer)
+            for _, value in sorted(optimizer.state.get(p, {}).items()) if isinstance(value, torch.Tensor)]
 
 
 @dataclass
 class Received:
-    """What a receiver got for some layers. Values land directly in its (unused) copies of those
-    layers; headers and Adam moments wait here until every rank agrees to commit."""
+    """What a receiver got for some layers: values land in its materialised copies; the optimizer state
+    waits here until every rank agrees to commit."""
 
     layers: list[nn.Module]
-    headers: list[torch.Tensor]
-    moments: list[list[torch.Tensor]]
+    description: list[list[list[list[Any]]]]
+    state: list[torch.Tensor] = field(default_factory=list)
 
-    @classmethod
-    def buffers_for(cls, layers: list[nn.Module]) -> tuple[Received, list[torch.Tensor]]:
-        """The receipt and the tensors to receive into, in the order :func:`outgoing` sends them."""
-        receipt, targets = cls(layers, [], []), []
-        for layer in layers:
-            params = _params(layer)
-            header = torch.empty(1 + len(params), dtype=torch.float64)
-            moments = [torch.empty_like(p) for p in params for _ in STATE_KEYS]
-            receipt.headers.append(header)
-            receipt.moments.append(moments)
-            targets += [header, *_values(layer), *moments]
-        return receipt, targets
+    def allocate(self, device: torch.device) -> list[torch.Tensor]:
+        """Materialise the layers and allocate their state; the tensors to receive into, in sending order."""
+        for layer in self.layers:
+            materialise(layer, device)
+        self.state = [torch.empty(entry[3], dtype=getattr(torch, entry[2]), device=device)
+                      for per_param in self.description for entries in per_param for entry in entries
+                      if entry[1] == "tensor"]
+        return [t for layer in self.layers for t in _values(layer)] + self.state
 
-    def adam_states(self) -> dict[nn.Parameter, dict]:
-        """``{param: adam_state}`` for the received layers that had optimizer state."""
-        states = {}
-        for layer, header, moments in zip(self.layers, self.headers, self.moments):
-            if header[0].item():
-                for k, p in enumerate(_params(layer)):
-                    states[p] = {"step": torch.tensor(header[1 + k].item()),
-                                 **{key: moments[2 * k + j] for j, key in enumerate(STATE_KEYS)}}
+    def optimizer_states(self) -> dict[nn.Parameter, dict[str, Any]]:
+        """``{param: state}`` for the received parameters that had optimizer state."""
+        states: dict[nn.Parameter, dict[str, Any]] = {}
+        tensors = iter(self.state)
+        for layer, per_param in zip(self.layers, self.description, strict=True):
+            for p, entries in zip(_params(layer), per_param, strict=True):
+                state: dict[str, Any] = {}
+                for entry in entries:
+                    if entry[1] == "tensor":
+                        value = next(tensors)
+                        state[entry[0]] = value.cpu() if entry[4] else value
+                    else:
+                        state[entry[0]] = entry[2]
+                if state:
+                    states[p] = state
         return states
 
 
-def _checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
+def _checksum(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     """The same data summed the same way gives the same bits at both ends."""
-    return torch.tensor([sum(float(t.float().sum()) for t in tensors)], dtype=torch.float64)
+    total = sum(float(t.double().sum()) for t in tensors)
+    return torch.tensor([total], dtype=torch.float64, device=device)
+
+
+def _wait(works: list) -> None:
+    for work in works:
+        work.wait()
 
 
 def exchange(plan: dict[tuple[int, int], list[int]], rank: int, modules: list[nn.Module],
-             optimizer: torch.optim.Optimizer, corrupt: bool = False) -> tuple[list[Received], bool, int]:
+             optimizer: torch.optim.Optimizer, device: torch.device,
+             corrupt: bool = False) -> tuple[list[Received], bool, int]:
     """Send what this rank loses and receive what it gains; returns (receipts, ok, bytes sent).
 
-    Every tensor of this rank's transfers is posted at once (single isend/irecv calls, not a
-    coalesced batch, which can hang on gloo) and then awaited, so independent pairs move in parallel
-    and nothing is copied into a staging buffer. A checksum closes each transfer; ``corrupt`` spoils
-    it (the atomicity test's fault).
+    First the headers (their lengths, then their bytes), then every tensor of this rank's transfers,
+    posted at once (single isend/irecv calls, not a coalesced batch, which can hang on gloo) and then
+    awaited, so independent pairs move in parallel; a checksum closes each transfer (``corrupt``
+    spoils it: the atomicity test's fault).
     """
     world = dist.get_world_size()
+    sends = {pair: layers for pair, layers in plan.items() if pair[0] == rank}
+    receives = {pair: layers for pair, layers in plan.items() if pair[1] == rank}
+    headers = {pair: torch.tensor(bytearray(json.dumps(describe_state([modules[i] for i in layers], optimizer)),
+                                            "utf-8"), dtype=torch.uint8, device=device)
+               for pair, layers in sends.items()}
+    lengths = {pair: torch.zeros(1, dtype=torch.int64, device=device) for pair in receives}
+    _wait([dist.isend(torch.tensor([len(h)], dtype=torch.int64, device=device), dst, tag=src * world + dst)
+           for (src, dst), h in headers.items()]
+          + [dist.irecv(lengths[(src, dst)], src, tag=src * world + dst) for src, dst in receives])
+    texts = {pair: torch.empty(int(lengths[pair].item()), dtype=torch.uint8, device=device) for pair in receives}
+    _wait([dist.isend(h, dst, tag=src * world + dst) for (src, dst), h in headers.items()]
+          + [dist.irecv(texts[(src, dst)], src, tag=src * world + dst) for src, dst in receives])
+
     works, receipts, checks, bytes_sent = [], [], [], 0
     for (src, dst), layers in plan.items():
         tag = src * world + dst
         if rank == src:
-            tensors = outgoing([modules[i] for i in layers], optimizer)
-            tensors.append(_checksum(tensors))
-            works += [(t, dist.isend(t.contiguous(), dst, tag=tag)) for t in tensors]
-            bytes_sent += sum(t.numel() * t.element_size() for t in tensors)
+            owned = [modules[i] for i in layers]
+            tensors = [t for layer in owned for t in _values(layer)] + _state_tensors(owned, optimizer, device)
+            tensors.append(_checksum(tensors, device))
+            works += [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
+            bytes_sent += sum(t.numel() * t.element_size() for t in tensors) + len(headers[(src, dst)])
         elif rank == dst:
-            receipt, targets = Received.buffers_for([modules[i] for i in layers])
-            checksum = torch.empty(1, dtype=torch.float64)
-            works += [(t, dist.irecv(t, src, tag=tag)) for t in targets + [checksum]]
+            description = json.loads(bytes(texts[(src, dst)].cpu().tolist()).decode("utf-8"))
+            receipt = Received([modules[i] for i in layers], description)
+            targets = receipt.allocate(device)
+            checksum = torch.empty(1, dtype=torch.float64, device=device)
+            works += [dist.irecv(t, src, tag=tag) for t in targets + [checksum]]
             receipts.append(receipt)
             checks.append((targets, checksum))
-    for _, work in works:
-        work.wait()  # type: ignore[union-attr]  # point-to-point calls always return a Work
-    ok = all(torch.equal(_checksum(targets) + (1.0 if corrupt else 0.0), checksum) for targets, checksum in checks)
+    _wait(works)
+    spoil = 1.0 if corrupt else 0.0
+    ok = all(torch.equal(_checksum(targets, device) + spoil, checksum) for targets, checksum in checks)
     return receipts, ok, bytes_sent
 
 
-def all_agree(ok: bool) -> bool:
+def all_agree(ok: bool, device: torch.device) -> bool:
     """True on every rank if ``ok`` is true on every rank."""
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int64)
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int64, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return bool(flag.item())

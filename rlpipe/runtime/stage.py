@@ -16,10 +16,10 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import get_schedule_class
 
 from rlpipe.partition import stage_edges
-from rlpipe.runtime import migration
+from rlpipe.runtime import layers, migration
 from rlpipe.runtime.device_time import DeviceClock
 
-ADAM_MOMENTS = 2  # Adam keeps two moments per parameter, each the parameter's size
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
 
 class TimedStage(PipelineStage):
@@ -69,27 +69,43 @@ class StageWorker:
         rank, world: this rank and the number of stages.
         schedule: a name from :data:`rlpipe.partition.SCHEDULES`.
         microbatches: micro-batches per iteration.
-        lr: Adam's learning rate.
+        optimizer: builds the stage's optimizer from its parameters (any ``torch.optim`` optimizer:
+            its per-parameter state moves with the layers).
         clock: times the stage's compute (real or emulated device time, injected interference).
+        device: where the stage's layers, activations and optimizer state live.
         emulated_ms: per layer, the emulated device time of a forward and of a backward, ms per
             micro-batch (used in emulated mode).
-        drop_moved_optimizer_state: forget moved layers' Adam state (the correctness control test only).
+        drop_moved_optimizer_state: forget moved layers' optimizer state (the correctness control test only).
+
+    The layers the stage owns must hold their values on ``device``; the others are freed (kept as
+    structure on the meta device) and materialised only when a repartition brings them here.
     """
 
     def __init__(self, modules: list[nn.Module], loss_fn: Callable, boundaries: tuple[int, ...], rank: int,
-                 world: int, schedule: str, microbatches: int, lr: float, clock: DeviceClock,
-                 emulated_ms: tuple[np.ndarray, np.ndarray] | None = None, drop_moved_optimizer_state: bool = False):
-        self.modules = modules  # every rank holds every layer; it trains its own
+                 world: int, schedule: str, microbatches: int, optimizer: OptimizerFactory, clock: DeviceClock,
+                 device: torch.device, emulated_ms: tuple[np.ndarray, np.ndarray] | None = None,
+                 drop_moved_optimizer_state: bool = False):
+        self.modules = modules
         self.loss_fn = loss_fn
         self.rank, self.world = rank, world
         self.schedule_class = get_schedule_class(schedule)
-        self.microbatches, self.lr = microbatches, lr
+        self.microbatches = microbatches
+        self.optimizer_factory = optimizer
         self.clock = clock
+        self.device = device
         self.emulated_ms = emulated_ms
         self.drop_moved_optimizer_state = drop_moved_optimizer_state
         self.boundaries = tuple(boundaries)
-        self.device = torch.device("cpu")
-        self.optimizer = torch.optim.Adam(self.owned_params(), lr=lr)
+        owned = self.owned_layers()
+        for index, layer in enumerate(modules):
+            if index in owned:
+                if not layers.is_materialised(layer):
+                    raise ValueError(f"layer {index} is on the meta device but stage {rank} owns it: build it "
+                                     f"for real (or give an init_layer) before the stage starts")
+                layer.to(device)
+            else:
+                layers.free(layer)
+        self.optimizer = optimizer(self.owned_params())
         self.timed_iterations, self.warmup_compute_s = 0, 0.0
         self._build()
 
@@ -101,8 +117,14 @@ class StageWorker:
         return [p for i in self.owned_layers() for p in self.modules[i].parameters()]
 
     def memory_bytes(self) -> float:
-        """Parameters plus Adam's moments of the layers this stage owns, bytes."""
-        return float(sum(p.numel() * p.element_size() * (1 + ADAM_MOMENTS) for p in self.owned_params()))
+        """Parameters and optimizer state held on this rank, bytes."""
+        state = sum(t.numel() * t.element_size() for s in self.optimizer.state.values() for t in s.values()
+                    if isinstance(t, torch.Tensor))
+        return float(self.resident_param_bytes() + state)
+
+    def resident_param_bytes(self) -> int:
+        """Bytes of the parameters that hold storage on this rank (only its stage's, once freed)."""
+        return layers.resident_param_bytes(self.modules)
 
     def _build(self) -> None:
         """A new stage and schedule for the current layers (swapping an old stage's module breaks
@@ -160,20 +182,28 @@ class StageWorker:
         start = time.perf_counter()
         old = self.boundaries
         plan = migration.transfer_plan(old, new, len(self.modules))
-        received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, corrupt)
-        committed = migration.all_agree(ok)
+        received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, self.device,
+                                                      corrupt)
+        committed = migration.all_agree(ok, self.device)
         if committed:
-            moved_state = {p: state for receipt in received for p, state in receipt.adam_states().items()}
+            moved_state = {p: state for receipt in received for p, state in receipt.optimizer_states().items()}
             kept = {p: s for p, s in self.optimizer.state.items() if s}
+            before = self.owned_layers()
             self.boundaries = tuple(new)
-            self.optimizer = torch.optim.Adam(self.owned_params(), lr=self.lr)
+            for index in set(before) - set(self.owned_layers()):  # their new owners hold them now
+                layers.free(self.modules[index])
+            self.optimizer = self.optimizer_factory(self.owned_params())
             for p in self.owned_params():
                 if p in kept:
                     self.optimizer.state[p] = kept[p]
                 elif p in moved_state and not self.drop_moved_optimizer_state:
                     self.optimizer.state[p] = moved_state[p]
             self._build()
-        totals = torch.tensor([float(bytes_sent)], dtype=torch.float64)
+        else:  # the copies that arrived are nobody's: free them again
+            for receipt in received:
+                for layer in receipt.layers:
+                    layers.free(layer)
+        totals = torch.tensor([float(bytes_sent)], dtype=torch.float64, device=self.device)
         dist.all_reduce(totals)
         dist.barrier()
         return Repartition(iteration, old, tuple(new), committed, int(totals.item()), time.perf_counter() - start)
@@ -182,7 +212,7 @@ class StageWorker:
         """Every layer's current parameters on rank 0 (other ranks return {})."""
         edges = stage_edges(self.boundaries, len(self.modules)).tolist()
         plan = {(src, 0): list(range(edges[src], edges[src + 1])) for src in range(1, self.world)}
-        migration.exchange(plan, self.rank, self.modules, self.optimizer)  # values land in rank 0's copies
+        migration.exchange(plan, self.rank, self.modules, self.optimizer, self.device)  # into rank 0's copies
         if self.rank != 0:
             return {}
         return {f"{i}.{name}": p.detach().clone() for i, module in enumerate(self.modules)

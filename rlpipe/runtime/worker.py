@@ -1,4 +1,5 @@
-"""One stage process of ``rlpipe run``: a model, synthetic data and a loop around AdaptivePipeline.
+"""One stage process of ``rlpipe run``: a model, its data (or synthetic data) and a loop around
+AdaptivePipeline.
 
 Run by ``rlpipe run`` (one process per stage) or by ``torchrun -m rlpipe.runtime`` (its rendezvous);
 rank r holds stage r. The loop is what a user's own script does with the library API, plus what the
@@ -15,7 +16,7 @@ import torch.distributed as dist
 from rlpipe.models import load_model
 from rlpipe.runtime import checkpoint
 from rlpipe.runtime.config import RunConfig, check_against_model
-from rlpipe.runtime.pipeline import AdaptivePipeline
+from rlpipe.runtime.pipeline import AdaptivePipeline, start_process_group
 from rlpipe.seeds import DATA_SEED_STRIDE, TARGET_SEED_OFFSET
 
 DATA_BATCHES = 8  # the synthetic data set cycles through this many batches, so the loss can fall
@@ -33,13 +34,14 @@ def synthetic_batch(example: torch.Tensor, batch: int, seed: int, iteration: int
 def run_worker(config: RunConfig) -> None:
     """The whole life of one stage process."""
     torch.set_num_threads(1)  # one thread per rank: more only contend for the cores
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    start_process_group()
     pipe = None
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         if world != config.stages:
             raise RuntimeError(f"{world} processes were started for {config.stages} stages")
-        spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed)
+        spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed,
+                          meta=True)  # a built-in's layers as structure: each rank gives its own theirs values
         check_against_model(config, len(spec.layers))  # under torchrun no launcher checked it
         resumed, meta = checkpoint.latest(config.resume) if config.resume else (None, {})
         if resumed is not None:
@@ -47,7 +49,8 @@ def run_worker(config: RunConfig) -> None:
         pipeline_config = config.pipeline_config(meta.get("iteration", 0), meta.get("trace_time_s", 0.0))
         if resumed is not None:
             pipeline_config.boundaries = tuple(meta["boundaries"])
-        pipe = AdaptivePipeline(spec.layers, spec.loss_fn, pipeline_config, lr=config.lr)
+        pipe = AdaptivePipeline(spec.layers, spec.loss_fn, config=pipeline_config,
+                                optimizer=lambda params: torch.optim.Adam(params, lr=config.lr))
         pipe.set_up(spec.example_microbatch, spec.target)
         if resumed is not None:
             pipe.load_checkpoint(resumed)
@@ -55,10 +58,13 @@ def run_worker(config: RunConfig) -> None:
             if iteration in config.repartition_at:
                 pipe.repartition(tuple(config.repartition_at[iteration]), corrupt=config.fail_transfer_at == iteration)
             inputs = targets = None  # the first stage reads the inputs, the last the targets
-            if rank == 0:
-                inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration)
-            if rank == world - 1:
-                targets = synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration)
+            if spec.batches is not None:  # the model's own data
+                inputs, targets = spec.batches(iteration, config.batch)
+            else:
+                if rank == 0:
+                    inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration)
+                if rank == world - 1:
+                    targets = synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration)
             pipe.train_step(inputs, targets)
             if config.checkpoint_every and (iteration + 1) % config.checkpoint_every == 0:
                 assert config.checkpoint_dir is not None  # the config checks --checkpoint-every has it

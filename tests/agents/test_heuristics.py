@@ -1,8 +1,15 @@
 import numpy as np
 import pytest
 
-from rlpipe.agents import (DecisionContext, DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, ThresholdPolicy,
-                           make_policy)
+from rlpipe.agents import (
+    DecisionContext,
+    DynPipePolicy,
+    GreedyPolicy,
+    OraclePolicy,
+    StaticPolicy,
+    ThresholdPolicy,
+    make_policy,
+)
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError

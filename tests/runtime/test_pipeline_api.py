@@ -1,0 +1,70 @@
+"""The library API under torchrun: a user's own script, loop, DataLoader and optimizer train exactly as
+one process would, with and without live repartitions; each rank holds only its stage; bad arguments
+are named."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS / "scripts"))
+import own_loop  # noqa: E402
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(tmp_path, stages: int, optimizer: str, schedule: str, *moves: str) -> dict:
+    out = tmp_path / f"{stages}-{optimizer}-{schedule}-{len(moves)}.json"
+    result = subprocess.run([TORCHRUN, "--nproc-per-node", str(stages), str(TESTS / "scripts" / "own_loop.py"),
+                             str(out), optimizer, schedule, *moves], capture_output=True, text=True, timeout=300,
+                            env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+# 7 layers (4 with parameters); moves in both directions, the tensors between stages change shape
+MOVES = {2: ["3:0,2", "6:0,5", "9:0,3"], 4: ["3:0,1,3,5", "6:0,3,5,6", "9:0,2,4,6"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages, optimizer, schedule", [(2, "adamw", "1f1b"), (2, "sgd", "gpipe"),
+                                                         (4, "adamw", "gpipe"), (4, "sgd", "1f1b")])
+def test_a_users_loop_trains_like_one_process_with_and_without_repartitions(tmp_path, stages, optimizer, schedule):
+    reference = own_loop.single_process(optimizer)
+    still = torchrun(tmp_path, stages, optimizer, schedule)
+    moving = torchrun(tmp_path, stages, optimizer, schedule, *MOVES[stages])
+    for found in (still, moving):
+        assert len(found["losses"]) == len(reference)
+        assert all(abs(a - b) <= 1e-5 for a, b in zip(found["losses"], reference, strict=True)), (found, reference)
+    assert moving["boundaries"][-1] == [int(b) for b in MOVES[stages][-1].split(":")[1].split(",")]
+
+
+@pytest.mark.slow
+def test_each_rank_holds_only_its_stage(tmp_path):
+    found = torchrun(tmp_path, 4, "adamw", "1f1b", *MOVES[4])
+    model_bytes = sum(p.numel() * p.element_size() for layer in own_loop.model() for p in layer.parameters())
+    for per_stage in found["resident"]:  # every interval, before and after the repartitions
+        assert sum(per_stage) == pytest.approx(model_bytes, rel=0.10)
+        assert max(per_stage) < model_bytes
+
+
+def test_bad_arguments_name_the_argument(monkeypatch):
+    import torch.distributed as dist
+
+    from rlpipe.runtime import AdaptivePipeline
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)  # the checks come before any process group
+    layers = [nn.Linear(2, 2)]
+    cases = [(dict(layers=["not a module"]), "layers"), (dict(layers=nn.Linear(2, 2)), "layers"),
+             (dict(microbatches=0), "microbatches"), (dict(schedule="zigzag"), "schedule"),
+             (dict(policy="clairvoyant"), "policy"), (dict(policy="oracle"), "policy"),
+             (dict(optimizer="adam"), "optimizer"), (dict(colour="red"), "colour")]
+    for overrides, name in cases:
+        kwargs = {"layers": layers, "loss_fn": nn.functional.mse_loss, **overrides}
+        with pytest.raises((TypeError, ValueError), match=name):
+            AdaptivePipeline(**kwargs)
