@@ -85,7 +85,9 @@ class RunConfig:
         device_time_scale: emulated time over the profile's (``None``: chosen so that emulation holds).
         checkpoint_every: save a checkpoint every this many iterations (``None``: never).
         checkpoint_dir: where checkpoints go.
+        keep_checkpoints: how many of the newest checkpoints to keep.
         resume: continue from the latest checkpoint in this folder (``None``: start fresh).
+        timeout_s: how long a collective or a transfer may wait for another stage before the run ends, s.
     """
 
     model: str = "mlp"
@@ -112,9 +114,12 @@ class RunConfig:
     device_time_scale: float | None = None
     checkpoint_every: int | None = None
     checkpoint_dir: str | None = None
+    keep_checkpoints: int = 3
     resume: str | None = None
+    timeout_s: float = 120.0
     drop_moved_optimizer_state: bool = False  # for the correctness control test only
     fail_transfer_at: int | None = None  # for the atomicity test only: corrupt the transfer before this iteration
+    file_limit_bytes: int | None = None  # for the full-disk test only: the largest file a stage process may write
 
     def pipeline_config(self, first_iteration: int = 0, trace_start_s: float = 0.0) -> PipelineConfig:
         """The pipeline's part of the run (a resumed run starts at ``first_iteration``, its scenario
@@ -160,12 +165,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same. Defaults come from
     :class:`RunConfig`."""
     from rlpipe.interference import PRESETS
+    from rlpipe.models import BUILTIN_MODELS
     from rlpipe.runtime.device_time import DEVICE_TIME_MODES
     from rlpipe.runtime.injection import INJECTION_MODES
 
     d = RunConfig()
-    parser.add_argument("--model", required=True, help="built-in model (transformer, mlp, cnn), pkg.module:factory "
-                        "or path/to/file.py:factory (see README, 'Your own model')")
+    parser.add_argument("--model", required=True, help=f"built-in model ({', '.join(BUILTIN_MODELS)}), "
+                        "pkg.module:factory or path/to/file.py:factory (see README, 'Your own model')")
     parser.add_argument("--layers", type=int, help="layer count of a built-in model (default 8)")
     parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each")
     parser.add_argument("--schedule", choices=SCHEDULES, default=d.schedule,
@@ -191,8 +197,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "e.g. 10:0,3,8 (several after one flag, or the flag repeated)")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
     parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
-                        "greedy, dynpipe, ppo (the shipped default) or ppo:PATH (a folder written by rlpipe train; "
-                        "default: none, only --repartition-at)")
+                        "greedy, dynpipe, threshold, ppo (the shipped default) or ppo:PATH (a folder written by rlpipe "
+                        "train; default: none, only --repartition-at)")
     parser.add_argument("--interference", help=f"inject a scenario preset ({', '.join(PRESETS)}) or "
                         "trace:FILE.csv on the stages (default: none)")
     parser.add_argument("--inject", choices=INJECTION_MODES, default=d.inject,
@@ -215,9 +221,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=int, help="save model, optimizer, partition and iteration "
                         "every N iterations (needs --checkpoint-dir)")
     parser.add_argument("--checkpoint-dir", help="folder for checkpoints")
-    parser.add_argument("--resume", help="continue from the latest checkpoint in this folder")
+    parser.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints,
+                        help=f"how many of the newest checkpoints to keep (default {d.keep_checkpoints})")
+    parser.add_argument("--resume", help="continue from the latest checkpoint in this folder (written by any "
+                        "number of stages: the layers go to this run's partition)")
+    parser.add_argument("--timeout-s", type=float, default=d.timeout_s,
+                        help="how long a stage waits for another (a collective, a transfer) before the run ends "
+                        f"naming it, s (default {d.timeout_s:g})")
     parser.add_argument("--drop-moved-optimizer-state", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fail-transfer-at", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--file-limit-bytes", type=int, help=argparse.SUPPRESS)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -232,6 +245,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise InputError("--checkpoint-every: needs a value >= 1 and --checkpoint-dir")
     if config.time_scale <= 0:
         raise InputError(f"--time-scale: must be > 0, got {config.time_scale}")
+    if config.keep_checkpoints < 1:
+        raise InputError(f"--keep-checkpoints: must be >= 1, got {config.keep_checkpoints}")
+    if not config.timeout_s > 0:
+        raise InputError(f"--timeout-s: must be > 0, got {config.timeout_s}")
     if config.device_time_scale is not None and not config.device_time_scale > 0:
         raise InputError(f"--device-time-scale: must be > 0, got {config.device_time_scale}")
     if config.device_time == "emulated" and config.interference and config.inject == "colocate":

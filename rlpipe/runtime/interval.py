@@ -56,6 +56,7 @@ class StageReport:
         num_layers: layers the stage holds.
         memory_bytes: parameters and optimizer state held on the rank, bytes.
         resident_param_bytes: parameters that hold storage on the rank, bytes.
+        rss_bytes: the stage process's resident memory (RSS), bytes (-1 where unknown).
         profiled_compute_ms: the interference-free device time of those layers (the profile's, emulated:
             scaled), forward + backward, ms per micro-batch.
         chunks: compute chunks timed (emulated device time only, else 0).
@@ -70,6 +71,7 @@ class StageReport:
     num_layers: float
     memory_bytes: float
     resident_param_bytes: float
+    rss_bytes: float
     profiled_compute_ms: float
     chunks: int
     overran: int
@@ -79,14 +81,15 @@ class StageReport:
 
     def pack(self) -> torch.Tensor:
         return torch.tensor([self.compute_s_per_iteration, self.busy_s, self.num_layers, self.memory_bytes,
-                             self.resident_param_bytes, self.profiled_compute_ms, self.chunks, self.overran,
-                             self.gpu_utilization, self.gpu_memory_bytes, *self.losses], dtype=torch.float64)
+                             self.resident_param_bytes, self.rss_bytes, self.profiled_compute_ms, self.chunks,
+                             self.overran, self.gpu_utilization, self.gpu_memory_bytes, *self.losses],
+                            dtype=torch.float64)
 
     @classmethod
     def unpack(cls, row: torch.Tensor) -> StageReport:
-        (compute_s, busy_s, num_layers, memory_bytes, resident, profiled_ms, chunks, overran, gpu_utilization,
+        (compute_s, busy_s, num_layers, memory_bytes, resident, rss, profiled_ms, chunks, overran, gpu_utilization,
          gpu_memory, *losses) = row.tolist()
-        return cls(compute_s, busy_s, num_layers, memory_bytes, resident, profiled_ms, int(chunks), int(overran),
+        return cls(compute_s, busy_s, num_layers, memory_bytes, resident, rss, profiled_ms, int(chunks), int(overran),
                    gpu_utilization, gpu_memory, tuple(losses))
 
 

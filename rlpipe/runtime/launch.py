@@ -14,10 +14,10 @@ import sys
 import tempfile
 import time
 
+import rlpipe.runtime.checkpoint as checkpoint
 from rlpipe.errors import InputError
 from rlpipe.models import BUILTIN_MODELS, load_model
 from rlpipe.profile import load_profile
-from rlpipe.runtime import checkpoint
 from rlpipe.runtime.config import RunConfig, check_against_model
 from rlpipe.runtime.processes import FAILURE_DIR_ENV, die_with_parent, first_failure, stage_command
 
@@ -71,8 +71,11 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
                 codes = [p.poll() for p in processes]
                 if any(code not in (None, 0) for code in codes):
                     killed = [(rank, -code) for rank, code in enumerate(codes) if code is not None and code < 0]
+                    if not killed:  # the others fail within moments of the first: let them say why
+                        _settle(processes, grace_s)
+                    silent = [rank for rank, p in enumerate(processes) if p.poll() is None]
                     _stop(processes, grace_s)
-                    rank, why = first_failure(failure_dir, killed)
+                    rank, why = first_failure(failure_dir, killed, silent)
                     if rank < 0:  # no stage said why: name the first one found dead
                         rank = next(r for r, code in enumerate(codes) if code not in (None, 0))
                         why = f"exit code {codes[rank]}"
@@ -84,6 +87,13 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
                 time.sleep(poll_s)
         finally:
             _stop(processes, grace_s)
+
+
+def _settle(processes: list[subprocess.Popen], wait_s: float) -> None:
+    """Wait up to ``wait_s`` for the stage processes still running to exit by themselves."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+        time.sleep(0.05)
 
 
 def _stop(processes: list[subprocess.Popen], grace_s: float) -> None:

@@ -59,11 +59,12 @@ def describe_state(layers: list[nn.Module], optimizer: torch.optim.Optimizer) ->
     return description
 
 
-def _state_tensors(layers: list[nn.Module], optimizer: torch.optim.Optimizer,
-                   device: torch.device) -> list[torch.Tensor]:
-    """The state tensors of :func:`describe_state`, in its order, on the transfer device."""
-    return [value.to(device) for layer in layers for p in _params(layer)
-            for _, value in sorted(optimizer.state.get(p, {}).items()) if isinstance(value, torch.Tensor)]
+def outgoing(layers: list[nn.Module], optimizer: torch.optim.Optimizer, device: torch.device) -> list[torch.Tensor]:
+    """What a sender transfers for ``layers``, in the order :meth:`Received.allocate` receives it: their
+    parameters and buffers, then the optimizer state tensors of :func:`describe_state`, on ``device``."""
+    state = [value.to(device) for layer in layers for p in _params(layer)
+             for _, value in sorted(optimizer.state.get(p, {}).items()) if isinstance(value, torch.Tensor)]
+    return [t for layer in layers for t in _values(layer)] + state
 
 
 @dataclass
@@ -142,7 +143,7 @@ def exchange(plan: dict[tuple[int, int], list[int]], rank: int, modules: list[nn
         tag = src * world + dst
         if rank == src:
             owned = [modules[i] for i in layers]
-            tensors = [t for layer in owned for t in _values(layer)] + _state_tensors(owned, optimizer, device)
+            tensors = outgoing(owned, optimizer, device)
             tensors.append(_checksum(tensors, device))
             works += [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
             bytes_sent += sum(t.numel() * t.element_size() for t in tensors) + len(headers[(src, dst)])

@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,17 +26,18 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import get_schedule_class
 
+import rlpipe.runtime.checkpoint as checkpoint
 from rlpipe.agents import make_policy
 from rlpipe.errors import InputError
 from rlpipe.partition import SCHEDULES, Partition, optimal_partition
 from rlpipe.profile import LayerProfile, load_profile, measure_profile
-from rlpipe.runtime import checkpoint
 from rlpipe.runtime.config import PipelineConfig
 from rlpipe.runtime.controller import Controller
 from rlpipe.runtime.device_time import DEVICE_TIME_MODES, INVALID_OVERRUN_FRACTION, DeviceClock, default_scale
 from rlpipe.runtime.injection import Injector
 from rlpipe.runtime.interval import IntervalMeter, StageReport, exchange_reports, interval_statistics, log_record
 from rlpipe.runtime.layers import initialise, is_materialised
+from rlpipe.runtime.processes import start_heartbeat
 from rlpipe.runtime.progress import RunProgress
 from rlpipe.runtime.stage import OptimizerFactory, StageWorker
 from rlpipe.simulator import MigrationCost, Overheads, PipelineCosts, simulate_schedule
@@ -73,10 +75,11 @@ class LaunchPlan:
         return self.forward_ms + self.backward_ms
 
 
-def start_process_group() -> None:
+def start_process_group(timeout_s: float = 120.0) -> None:
     """Join the job's process group (torchrun's environment): NCCL when every stage process on this
     machine has a GPU of its own (``cuda:LOCAL_RANK``), else gloo on the CPU (NCCL cannot put two ranks
-    on one GPU, and gloo moves only CPU tensors point to point)."""
+    on one GPU, and gloo moves only CPU tensors point to point). A collective or a transfer that waits
+    longer than ``timeout_s`` for another stage raises, so a hung stage ends the run."""
     if dist.is_initialized():
         return
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
@@ -84,7 +87,17 @@ def start_process_group() -> None:
     if 0 < gpus < local and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         print(f"rlpipe: warning: {local} stage processes on this machine but {gpus} GPU(s): NCCL needs one each, "
               f"so the stages run on the CPU with gloo", flush=True)
-    dist.init_process_group("nccl" if gpus >= local > 0 else "gloo")
+    dist.init_process_group("nccl" if gpus >= local > 0 else "gloo", timeout=timedelta(seconds=timeout_s))
+    start_heartbeat(dist.get_rank())
+
+
+def process_rss_bytes() -> int:
+    """This process's resident memory (RSS) now, bytes, from ``/proc`` (-1 where there is none)."""
+    try:
+        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def gpu_load(device: torch.device) -> tuple[float, float]:
@@ -429,7 +442,7 @@ class AdaptivePipeline:
         chunks, overran = self.stage.take_overruns()
         losses = meter.losses + [0.0] * (config.interval - len(meter.losses))  # one length on every rank
         own = StageReport(compute_s / timed, meter.busy_s, float(len(owned)), self.stage.memory_bytes(),
-                          float(self.stage.resident_param_bytes()),
+                          float(self.stage.resident_param_bytes()), float(process_rss_bytes()),
                           float(self.plan.compute_ms()[owned.start:owned.stop].sum()), chunks, overran,
                           *gpu_load(self.device), tuple(losses))
         reports = exchange_reports(own, self.world, self.device)
@@ -441,6 +454,7 @@ class AdaptivePipeline:
                                 meter)
             for stage, report in zip(record["stages"], reports, strict=True):
                 stage["resident_param_bytes"] = int(report.resident_param_bytes)
+                stage["rss_bytes"] = int(report.rss_bytes)
                 if report.gpu_utilization >= 0:  # on a GPU: NVML's figures
                     stage["gpu_utilization"] = report.gpu_utilization
                     stage["gpu_memory_bytes"] = int(report.gpu_memory_bytes)
@@ -562,19 +576,30 @@ class AdaptivePipeline:
 
     # --- checkpoints ----------------------------------------------------------------------------
 
-    def save_checkpoint(self, directory: str | Path, meta: dict[str, Any]) -> None:
-        """Collective: every rank saves its layers and optimizer state; rank 0 adds the partition, the
-        iteration, the scenario's clock and ``meta`` (what identifies the run)."""
+    def save_checkpoint(self, directory: str | Path, meta: dict[str, Any], keep: int = 3) -> bool:
+        """Collective: every rank saves its layers and their optimizer state (PyTorch's distributed
+        checkpoint format); rank 0 adds the partition, the iteration, the scenario's clock and ``meta``
+        (what identifies the run), publishes it and keeps the newest ``keep``. A save that fails (a full
+        disk) leaves the last checkpoint loadable; the run says so in one line and goes on. Returns whether
+        it was published."""
         assert self.stage is not None
-        meta = {**meta, "boundaries": list(self.stage.boundaries),
+        meta = {**meta, "stages": self.world, "num_layers": len(self.layers), "boundaries": list(self.stage.boundaries),
                 "trace_time_s": self.injector.trace_time_s() if self.injector else 0.0}
-        checkpoint.save(directory, self.iteration, self.rank, self.stage.modules, self.stage.owned_layers(),
-                        self.stage.optimizer, meta)
+        tensors = checkpoint.tensors_of(self.layers, self.stage.owned_layers(), self.stage.optimizer)
+        error = checkpoint.save(directory, self.iteration, self.rank, tensors, meta, keep)
+        if error is not None and self.rank == 0:
+            message = (f"rlpipe run: warning: the checkpoint at iteration {self.iteration} was not written ({error}); "
+                       f"the last one published stays loadable")
+            if self.progress is not None:
+                self.progress.bar.write(message)
+            else:
+                print(message, flush=True)
+        return error is None
 
     def load_checkpoint(self, folder: Path) -> None:
-        """Load this rank's layers and optimizer state from a checkpoint of the same partition."""
+        """Collective: load the layers this rank owns now, whichever stage count wrote them."""
         assert self.stage is not None
-        checkpoint.load_rank(folder, self.rank, self.stage.modules, self.stage.owned_layers(), self.stage.optimizer)
+        checkpoint.load(folder, self.layers, self.stage.owned_layers(), self.stage.optimizer, self.device)
 
     # --- the end --------------------------------------------------------------------------------
 

@@ -15,11 +15,28 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import get_schedule_class
 
+import rlpipe.runtime.layers as layers
+import rlpipe.runtime.migration as migration
 from rlpipe.partition import stage_edges
-from rlpipe.runtime import layers, migration
 from rlpipe.runtime.device_time import DeviceClock
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+
+
+class NoParameters(torch.optim.Optimizer):
+    """The optimizer of a stage whose layers hold no parameters (activation layers only), which
+    ``torch.optim`` refuses to build: it has no state and its step does nothing."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(0, requires_grad=True)], {})
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        return None
+
+
+def build_optimizer(factory: OptimizerFactory, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    """The user's optimizer over ``params``, or :class:`NoParameters` when there are none."""
+    return factory(params) if params else NoParameters()
 
 
 class TimedStage(PipelineStage):
@@ -105,7 +122,7 @@ class StageWorker:
                 layer.to(device)
             else:
                 layers.free(layer)
-        self.optimizer = optimizer(self.owned_params())
+        self.optimizer = build_optimizer(optimizer, self.owned_params())
         self.timed_iterations, self.warmup_compute_s = 0, 0.0
         self._build()
 
@@ -192,7 +209,7 @@ class StageWorker:
             self.boundaries = tuple(new)
             for index in set(before) - set(self.owned_layers()):  # their new owners hold them now
                 layers.free(self.modules[index])
-            self.optimizer = self.optimizer_factory(self.owned_params())
+            self.optimizer = build_optimizer(self.optimizer_factory, self.owned_params())
             for p in self.owned_params():
                 if p in kept:
                     self.optimizer.state[p] = kept[p]

@@ -8,14 +8,16 @@ command adds: scripted repartitions, checkpoints, resume and the final parameter
 
 from __future__ import annotations
 
+import resource
+import signal
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from rlpipe.models import load_model
-from rlpipe.runtime import checkpoint
-from rlpipe.runtime.config import RunConfig, check_against_model
+import rlpipe.runtime.checkpoint as checkpoint
+from rlpipe.models import ModelSpec, load_model
+from rlpipe.runtime.config import PipelineConfig, RunConfig, check_against_model
 from rlpipe.runtime.pipeline import AdaptivePipeline, start_process_group
 from rlpipe.seeds import DATA_SEED_STRIDE, TARGET_SEED_OFFSET
 
@@ -31,44 +33,65 @@ def synthetic_batch(example: torch.Tensor, batch: int, seed: int, iteration: int
     return torch.randint(0, int(example.max()) + 1, shape, generator=generator, dtype=example.dtype)
 
 
+def batch_for(spec: ModelSpec, config: RunConfig, iteration: int, rank: int,
+              world: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The iteration's batch: the model's own data, else synthetic data made where it is read (the
+    first stage reads the inputs, the last the targets)."""
+    if spec.batches is not None:
+        return spec.batches(iteration, config.batch)
+    inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration) if rank == 0 else None
+    targets = (synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration)
+               if rank == world - 1 else None)
+    return inputs, targets
+
+
+def resume_point(config: RunConfig, world: int) -> tuple[Path | None, PipelineConfig]:
+    """The checkpoint to resume (``None``: start fresh) and the pipeline's config: a resumed run goes on
+    at the checkpoint's iteration and scenario time, on its partition if the stage count is the same
+    (else on the launch partition for this count: the layers reshard)."""
+    resumed, meta = checkpoint.latest(config.resume) if config.resume else (None, {})
+    if resumed is not None:
+        checkpoint.check_compatible(meta, config, str(config.resume))
+    pipeline_config = config.pipeline_config(meta.get("iteration", 0), meta.get("trace_time_s", 0.0))
+    if resumed is not None and len(meta["boundaries"]) == world:
+        pipeline_config.boundaries = tuple(meta["boundaries"])
+    return resumed, pipeline_config
+
+
+def limit_file_size(limit_bytes: int) -> None:
+    """The full-disk test: a write past ``limit_bytes`` fails (EFBIG), as a write to a full disk does."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+
 def run_worker(config: RunConfig) -> None:
     """The whole life of one stage process."""
     torch.set_num_threads(1)  # one thread per rank: more only contend for the cores
-    start_process_group()
+    if config.file_limit_bytes is not None:
+        limit_file_size(config.file_limit_bytes)
+    start_process_group(timeout_s=config.timeout_s)
     pipe = None
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         if world != config.stages:
             raise RuntimeError(f"{world} processes were started for {config.stages} stages")
         spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed,
-                          meta=True)  # a built-in's layers as structure: each rank gives its own theirs values
+                          meta=True)  # a built-in's layers as structure: each rank gives its own ones values
         check_against_model(config, len(spec.layers))  # under torchrun no launcher checked it
-        resumed, meta = checkpoint.latest(config.resume) if config.resume else (None, {})
-        if resumed is not None:
-            checkpoint.check_compatible(meta, config, str(config.resume))
-        pipeline_config = config.pipeline_config(meta.get("iteration", 0), meta.get("trace_time_s", 0.0))
-        if resumed is not None:
-            pipeline_config.boundaries = tuple(meta["boundaries"])
+        resumed, pipeline_config = resume_point(config, world)
         pipe = AdaptivePipeline(spec.layers, spec.loss_fn, config=pipeline_config,
                                 optimizer=lambda params: torch.optim.Adam(params, lr=config.lr))
         pipe.set_up(spec.example_microbatch, spec.target)
         if resumed is not None:
             pipe.load_checkpoint(resumed)
+        identity = {key: getattr(config, key) for key in checkpoint.IDENTITY_KEYS}
         for iteration in range(pipeline_config.first_iteration, config.iterations):
             if iteration in config.repartition_at:
                 pipe.repartition(tuple(config.repartition_at[iteration]), corrupt=config.fail_transfer_at == iteration)
-            inputs = targets = None  # the first stage reads the inputs, the last the targets
-            if spec.batches is not None:  # the model's own data
-                inputs, targets = spec.batches(iteration, config.batch)
-            else:
-                if rank == 0:
-                    inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration)
-                if rank == world - 1:
-                    targets = synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration)
-            pipe.train_step(inputs, targets)
+            pipe.train_step(*batch_for(spec, config, iteration, rank, world))
             if config.checkpoint_every and (iteration + 1) % config.checkpoint_every == 0:
                 assert config.checkpoint_dir is not None  # the config checks --checkpoint-every has it
-                pipe.save_checkpoint(config.checkpoint_dir, {k: getattr(config, k) for k in checkpoint.IDENTITY_KEYS})
+                pipe.save_checkpoint(config.checkpoint_dir, identity, keep=config.keep_checkpoints)
         if config.save_params:
             assert pipe.stage is not None
             params = pipe.stage.gather_parameters()

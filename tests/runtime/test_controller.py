@@ -22,7 +22,8 @@ def run(tmp_path, name, *args):
 
 
 # a 3x straggler on stage 1 from trace second 1.0 on: at --time-scale 0.5, two seconds into the run,
-# so that DynPipe's baseline interval (the first) is measured before it (it takes 0.3-0.8 s here)
+# so that DynPipe's baseline interval (the first) is measured before it (it takes 0.3-0.8 s here); DynPipe
+# checks every 50 iterations after it, so by iteration 105 it has seen 50 iterations of the straggler
 def straggler_trace(tmp_path) -> Path:
     trace = tmp_path / "straggler.csv"
     trace.write_text("time_s,device,slowdown\n1.0,1,3.0\n")
@@ -32,7 +33,7 @@ def straggler_trace(tmp_path) -> Path:
 @pytest.mark.slow
 def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     common = ["--model", "mlp", "--layers", "8", "--stages", "4", "--microbatches", "4", "--batch", "32",
-              "--iterations", "80", "--interval", "5", "--boundaries", "0,2,4,6",
+              "--iterations", "110", "--interval", "5", "--boundaries", "0,2,4,6",
               "--interference", f"trace:{straggler_trace(tmp_path)}", "--time-scale", "0.5"]
     log, stdout = run(tmp_path, "dynpipe", *common, "--policy", "dynpipe")
     records = load_run(log)
@@ -45,7 +46,7 @@ def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     assert sorted(latencies)[len(latencies) // 2] < 5.0
     assert "decision" not in records[-1]  # the run's last interval has no next one to decide for
     summary = stdout.strip().splitlines()[-1]
-    assert summary.startswith("rlpipe run: 80 iterations") and "repartition" in summary and str(log) in summary
+    assert summary.startswith("rlpipe run: 110 iterations") and "repartition" in summary and str(log) in summary
 
 
 @pytest.mark.slow

@@ -1,0 +1,69 @@
+"""Live runs for the runtime tests: ``rlpipe run`` in a subprocess, its log and final parameters, and
+the comparison of two runs' training."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+TESTS = Path(__file__).resolve().parent
+ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"}
+
+
+def run_command(*args, timeout=240) -> subprocess.CompletedProcess:
+    """``rlpipe run ARGS`` as a user starts it, however it ends."""
+    return subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def start_run(*args) -> subprocess.Popen:
+    """``rlpipe run ARGS`` in the background (to stop or kill its stages)."""
+    return subprocess.Popen([sys.executable, "-m", "rlpipe.cli", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def read_log(log: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(log).read_text().splitlines()]
+
+
+def rlpipe_run(tmp_path, name, *args, timeout=240):
+    """A run that must succeed: its log records and its final parameters."""
+    log = tmp_path / f"{name}.jsonl"
+    params = tmp_path / f"{name}.pt"
+    result = run_command(*args, "--log", str(log), "--save-params", str(params), timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return read_log(log), torch.load(params, weights_only=True)
+
+
+def losses(records):
+    return [loss for record in records for loss in record["losses"]]
+
+
+def assert_same_training(a, b, tolerance=1e-5):
+    (records_a, params_a), (records_b, params_b) = a, b
+    la, lb = losses(records_a), losses(records_b)
+    assert len(la) == len(lb) and all(abs(x - y) <= tolerance for x, y in zip(la, lb)), (la, lb)
+    assert params_a.keys() == params_b.keys()
+    for key in params_a:
+        assert torch.allclose(params_a[key], params_b[key], atol=tolerance, rtol=0), key
+
+
+def children_with_rank(parent_pid: int) -> dict[int, int]:
+    """{rank: pid} of the stage processes a launcher started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue
+        if ppid == parent_pid:
+            for item in environ:
+                if item.startswith(b"RANK="):
+                    found[int(item[5:])] = int(entry.name)
+    return found

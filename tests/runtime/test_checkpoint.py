@@ -1,0 +1,144 @@
+"""Checkpoints (rlpipe/runtime/checkpoint.py): resume on the same or another stage count, refusals, how
+many are kept, a full disk and kills in the middle of a save."""
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from live_runs import assert_same_training, read_log, rlpipe_run, run_command
+
+from rlpipe.runtime import checkpoint
+
+MLP = ["--model", "mlp", "--layers", "8", "--microbatches", "4", "--batch", "16", "--interval", "2"]
+
+
+def published(folder):
+    return sorted(p.name for p in folder.iterdir() if p.is_dir())
+
+
+@pytest.mark.slow
+def test_resume_continues_with_the_same_losses(tmp_path):
+    common = [*MLP, "--stages", "2", "--boundaries", "0,3", "--repartition-at", "2:0,2", "6:0,4"]
+    whole = rlpipe_run(tmp_path, "whole", *common, "--iterations", "8")
+    checkpoints = tmp_path / "ckpt"
+    first = rlpipe_run(tmp_path, "first", *common, "--iterations", "4", "--checkpoint-every", "2",
+                       "--checkpoint-dir", str(checkpoints))
+    assert json.loads((checkpoints / "latest.json").read_text())["iteration"] == 4
+    second = rlpipe_run(tmp_path, "second", *common, "--iterations", "8", "--resume", str(checkpoints))
+    assert second[0][0]["boundaries"] == [0, 2]  # the checkpoint's partition, not the launch one
+    assert_same_training(whole, (first[0] + second[0], second[1]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resumed_stages", [2, 3])
+def test_a_checkpoint_of_four_stages_resumes_on_another_stage_count(tmp_path, resumed_stages):
+    whole = rlpipe_run(tmp_path, "whole", *MLP, "--stages", "4", "--iterations", "8")
+    checkpoints = tmp_path / "ckpt"
+    first = rlpipe_run(tmp_path, "first", *MLP, "--stages", "4", "--iterations", "4", "--checkpoint-every", "4",
+                       "--checkpoint-dir", str(checkpoints))
+    second = rlpipe_run(tmp_path, "second", *MLP, "--stages", str(resumed_stages), "--iterations", "8",
+                        "--resume", str(checkpoints))
+    assert len(first[0][-1]["boundaries"]) == 4 and len(second[0][0]["boundaries"]) == resumed_stages
+    assert_same_training(whole, (first[0] + second[0], second[1]))
+
+
+@pytest.mark.slow
+def test_another_model_or_layer_count_is_refused_in_one_line(tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    rlpipe_run(tmp_path, "first", *MLP, "--stages", "2", "--iterations", "2", "--checkpoint-every", "2",
+               "--checkpoint-dir", str(checkpoints))
+    for changed, message in ((["--layers", "6"], "layers=8"), (["--model", "cnn"], "model='mlp'")):
+        args = [*MLP, "--stages", "2", "--iterations", "4", "--resume", str(checkpoints), *changed]
+        result = run_command(*args, timeout=60)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    rlpipe_run(tmp_path, "run", *MLP, "--stages", "4", "--iterations", "10", "--checkpoint-every", "2",
+               "--checkpoint-dir", str(checkpoints), "--keep-checkpoints", "3")
+    assert published(checkpoints) == ["iter-00000006", "iter-00000008", "iter-00000010"]
+
+
+@pytest.mark.slow
+def test_a_full_disk_keeps_the_last_checkpoint_and_the_run_going(tmp_path):
+    common = [*MLP, "--stages", "2"]
+    whole = rlpipe_run(tmp_path, "whole", *common, "--iterations", "8")
+    checkpoints = tmp_path / "ckpt"
+    first = rlpipe_run(tmp_path, "first", *common, "--iterations", "4", "--checkpoint-every", "4",
+                       "--checkpoint-dir", str(checkpoints))
+    shard = max(p.stat().st_size for p in (checkpoints / "iter-00000004").iterdir())
+    # resumed with --keep-checkpoints 1, every save fails: no file may grow past half a shard
+    full = run_command(*common, "--iterations", "8", "--resume", str(checkpoints), "--checkpoint-every", "2",
+                       "--checkpoint-dir", str(checkpoints), "--keep-checkpoints", "1",
+                       "--file-limit-bytes", str(shard // 2), "--log", str(tmp_path / "full.jsonl"))
+    assert full.returncode == 0, full.stderr[-3000:]
+    warnings = [line for line in full.stdout.splitlines() if "was not written" in line]
+    assert [w.split("iteration ")[1].split()[0] for w in warnings] == ["6", "8"], full.stdout
+    assert read_log(tmp_path / "full.jsonl")[-1]["iteration"] == 8  # the run went on
+    assert published(checkpoints) == ["iter-00000004"]  # the one it resumed from, intact
+    second = rlpipe_run(tmp_path, "second", *common, "--iterations", "8", "--resume", str(checkpoints))
+    assert_same_training(whole, (first[0] + second[0], second[1]))
+
+
+# --- kills in the middle of a save -----------------------------------------------------------------
+
+TENSORS = {"layers.0.weight": (64, 64), "layers.1.weight": (256, 64), "optimizer.1.weight.exp_avg": (256, 64)}
+
+
+def _save_forever(folder: str, rank: int, port: int, first_iteration: int) -> None:
+    """One of two ranks saving checkpoints back to back; every tensor holds the iteration it was saved at."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    mine = {key: torch.zeros(shape) for i, (key, shape) in enumerate(TENSORS.items()) if i % 2 == rank}
+    for iteration in range(first_iteration, first_iteration + 10_000):
+        for tensor in mine.values():
+            tensor.fill_(iteration)
+        checkpoint.save(folder, iteration, rank, mine, {"boundaries": [0, 1]}, keep=2)
+
+
+def _published_iteration(folder) -> int:
+    try:
+        return json.loads((folder / "latest.json").read_text())["iteration"]
+    except (OSError, ValueError):  # none yet
+        return -1
+
+
+@pytest.mark.slow
+def test_kills_at_random_moments_of_a_save_leave_the_previous_checkpoint_loadable(tmp_path):
+    from rlpipe.runtime.launch import free_port
+
+    rng = random.Random(14)
+    context = multiprocessing.get_context("fork")
+    next_iteration, loaded = 1, []
+    for _ in range(20):
+        port = free_port()
+        ranks = [context.Process(target=_save_forever, args=(str(tmp_path), rank, port, next_iteration))
+                 for rank in (0, 1)]
+        for process in ranks:
+            process.start()
+        deadline = time.monotonic() + 60
+        while _published_iteration(tmp_path) < next_iteration and time.monotonic() < deadline:
+            time.sleep(0.01)  # this round has published one: the kill comes in a later save
+        time.sleep(rng.uniform(0.0, 0.5))
+        victim = rng.choice(ranks)
+        os.kill(victim.pid, signal.SIGKILL)
+        for process in ranks:
+            os.kill(process.pid, signal.SIGKILL)
+            process.join()
+        folder, meta = checkpoint.latest(tmp_path)
+        restored = {key: torch.full(shape, -1.0) for key, shape in TENSORS.items()}
+        dcp.load(restored, checkpoint_id=str(folder))
+        assert all(torch.all(t == meta["iteration"]) for t in restored.values()), folder
+        loaded.append(meta["iteration"])
+        next_iteration = meta["iteration"] + 1000  # the next round's names come after every leftover
+    assert len(set(loaded)) == 20

@@ -1,0 +1,119 @@
+"""Stage processes (rlpipe/runtime/processes.py): which rank the launcher names when a run fails, from
+the stages' reports and heartbeats, and live runs where a stage dies or stops responding."""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from live_runs import children_with_rank, rlpipe_run, start_run
+
+from rlpipe.runtime.processes import HEARTBEAT_S, first_failure
+
+
+def report(folder: Path, rank: int, error: str, at: float) -> None:
+    (folder / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "time": at, "error": error}))
+
+
+def beat(folder: Path, rank: int, age_s: float) -> None:
+    path = folder / f"heartbeat{rank}"
+    path.touch()
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+
+
+def test_a_stage_killed_by_a_signal_is_the_cause(tmp_path):
+    report(tmp_path, 0, "RuntimeError: connection closed by peer", time.time())
+    assert first_failure(tmp_path, [(2, signal.SIGKILL)]) == (2, "killed by SIGKILL")
+
+
+def test_the_earliest_report_is_the_cause(tmp_path):
+    report(tmp_path, 1, "ValueError: bad loss", 100.0)
+    report(tmp_path, 0, "RuntimeError: connection closed by peer", 100.5)
+    assert first_failure(tmp_path, []) == (1, "ValueError: bad loss")
+
+
+def test_after_timeouts_the_stage_whose_heartbeat_stopped_is_named(tmp_path):
+    for rank in (0, 2, 3):
+        report(tmp_path, rank, "DistBackendError: Timed out waiting 5000ms for recv operation", 100.0 + rank)
+        beat(tmp_path, rank, 0.2)
+    beat(tmp_path, 1, 6.0)
+    rank, why = first_failure(tmp_path, [])
+    assert rank == 1 and "no heartbeat for 6 s" in why
+
+
+def test_a_stopped_stage_is_named_after_the_others_stopped_beating_too(tmp_path):
+    for rank in (0, 2):  # they timed out, reported and exited a few seconds ago
+        report(tmp_path, rank, "DistBackendError: Timed out waiting 5000ms for recv operation", 100.0 + rank)
+        beat(tmp_path, rank, 4.0)
+    beat(tmp_path, 1, 10.0)
+    rank, why = first_failure(tmp_path, [], silent=[1])
+    assert rank == 1 and "no heartbeat for 10 s" in why
+
+
+def test_after_timeouts_a_stage_still_running_without_failing_is_named(tmp_path):
+    report(tmp_path, 0, "DistBackendError: Timed out waiting 5000ms for recv operation", 100.0)
+    for rank in (0, 1):
+        beat(tmp_path, rank, 0.2)  # both beat: rank 1 runs, stuck in its own work
+    rank, why = first_failure(tmp_path, [], silent=[1])
+    assert rank == 1 and "stopped answering" in why
+
+
+def test_heartbeats_do_not_override_an_ordinary_error(tmp_path):
+    report(tmp_path, 2, "ValueError: bad loss", 100.0)
+    beat(tmp_path, 2, 10 * HEARTBEAT_S)
+    beat(tmp_path, 0, 0.1)
+    assert first_failure(tmp_path, []) == (2, "ValueError: bad loss")
+
+
+# --- live: a stage that dies, a stage that stops ----------------------------------------------------
+
+COMMON = ["--model", "mlp", "--layers", "6", "--stages", "3", "--microbatches", "4", "--batch", "16",
+          "--interval", "10", "--boundaries", "0,2,4", "--checkpoint-every", "10"]
+
+
+def start_until_first_checkpoint(tmp_path, *extra):
+    """A long run, started and left to publish its first checkpoint; returns it and its stages' pids."""
+    launcher = start_run(*COMMON, "--checkpoint-dir", str(tmp_path / "ckpt"), "--iterations", "100000", *extra)
+    deadline = time.monotonic() + 90
+    while len(children := children_with_rank(launcher.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(children) == 3
+    while not (tmp_path / "ckpt" / "latest.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return launcher, children
+
+
+def assert_ended_and_resumes(tmp_path, launcher, children, rank, within_s):
+    """The launcher exits within ``within_s`` naming ``rank``, no stage process is left, and the last
+    checkpoint resumes."""
+    failed_at = time.monotonic()
+    _, stderr = launcher.communicate(timeout=within_s + 30)
+    assert time.monotonic() - failed_at < within_s, time.monotonic() - failed_at
+    last = stderr.strip().splitlines()[-1]
+    assert launcher.returncode == 1 and f"rank {rank} failed first" in last, stderr[-2000:]
+    time.sleep(0.5)
+    for pid in children.values():
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    reached = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["iteration"]
+    records, _ = rlpipe_run(tmp_path, "resumed", *COMMON, "--checkpoint-dir", str(tmp_path / "ckpt"),
+                            "--iterations", str(reached + 10), "--resume", str(tmp_path / "ckpt"))
+    assert records[-1]["iteration"] == reached + 10
+    return last
+
+
+@pytest.mark.slow
+def test_a_dead_stage_ends_the_run_naming_its_rank(tmp_path):
+    launcher, children = start_until_first_checkpoint(tmp_path)
+    os.kill(children[1], signal.SIGKILL)
+    assert_ended_and_resumes(tmp_path, launcher, children, rank=1, within_s=10)
+
+
+@pytest.mark.slow
+def test_a_stopped_stage_ends_the_run_within_the_timeout_naming_its_rank(tmp_path):
+    timeout_s = 5
+    launcher, children = start_until_first_checkpoint(tmp_path, "--timeout-s", str(timeout_s))
+    os.kill(children[1], signal.SIGSTOP)
+    last = assert_ended_and_resumes(tmp_path, launcher, children, rank=1, within_s=timeout_s + 10)
+    assert "stopped responding" in last
