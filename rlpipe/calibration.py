@@ -19,12 +19,21 @@ from typing import Any
 import numpy as np
 
 from rlpipe.errors import InputError
+from rlpipe.fields import is_number
+from rlpipe.files import read_json
 from rlpipe.profile import LayerCost, LayerProfile
 from rlpipe.runlog import run_headers
 from rlpipe.simulator import Overheads, PipelineCosts
 
 OUTLIER_SIGMAS = 4.0  # a log ratio this many robust sigmas from its stage's bias is an outlier
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma over its median absolute deviation
+
+
+LIMITS = {"compute_bias": 100.0, "stage_bias_spread": 3.0, "noise_sigma": 3.0, "outlier_probability": 1.0,
+          "outlier_scale": 100.0, "op_overhead_ms": 60_000.0, "op_overhead_fraction": 100.0,
+          "iteration_overhead_ms": 3_600_000.0, "iteration_overhead_fraction": 100.0, "migration_overhead_s": 3600.0,
+          "p2p_gbps": 1e6, "runs": 1e6, "intervals": 1e9}
+"""The largest value a fit may hold (a file beyond one is damaged, and would overflow the simulator)."""
 
 
 @dataclass(frozen=True)
@@ -77,13 +86,7 @@ class Calibration:
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
         """Read a calibration JSON; every problem is one :class:`InputError` naming the file and field."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such calibration file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"{path}: not valid JSON ({err})") from None
+        data = read_json(path, "calibration file")
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected a JSON object written by rlpipe calibrate")
         values: dict[str, Any] = {}
@@ -94,15 +97,16 @@ class Calibration:
             if value is None and f.name == "migration_overhead_s":
                 values[f.name] = None
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_number(value):
                 raise InputError(f"{path}: {f.name}: must be a finite number, got {value!r}")
             if value < 0 and f.name != "compute_bias":
                 raise InputError(f"{path}: {f.name}: must be >= 0, got {value!r}")
             values[f.name] = value
+        for name, limit in LIMITS.items():
+            if values[name] is not None and values[name] > limit:
+                raise InputError(f"{path}: {name}: {values[name]!r} is beyond any plausible fit (at most {limit:g})")
         if values["compute_bias"] <= -1:
             raise InputError(f"{path}: compute_bias: must be > -1, got {values['compute_bias']!r}")
-        if values["outlier_probability"] > 1:
-            raise InputError(f"{path}: outlier_probability: must be at most 1, got {values['outlier_probability']!r}")
         return cls(**values)
 
 

@@ -198,7 +198,6 @@ def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
     from rlpipe.agents.ppo import TrainConfig, train
-    from rlpipe.interference import check_scenario
 
     config = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
     if args.timesteps is not None:
@@ -211,14 +210,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         config.env_kwargs["scenarios"] = _names(args.scenarios, "--scenarios")
     if args.calibration:
         config.env_kwargs["calibration"] = args.calibration
-    for scenario in config.env_kwargs.get("scenarios", []):
-        check_scenario(scenario)
-    if config.env_kwargs.get("calibration"):
-        from rlpipe.calibration import Calibration
-
-        Calibration.load(config.env_kwargs["calibration"])  # a bad file ends here, not in the first episode
-    if config.n_timesteps < 1 or config.n_envs < 1:
-        raise InputError("--timesteps and --n-envs must be >= 1")
+    config.validate(args.config or "options")  # with the options: a bad value ends here, not in an episode
     torch.set_num_threads(1)  # small networks: more threads only contend with the environments
     policy = train(config, args.out)
     history = json.loads((Path(args.out) / "eval" / "efficiency.json").read_text())
@@ -333,6 +325,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
 # --- parser ----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    from rlpipe.interference import PRESETS
+
     parser = argparse.ArgumentParser(
         prog="rlpipe", description="Repartition pipeline-parallel training on shared, noisy machines: train "
         "a PPO controller offline (train), deploy a policy to a live torch.distributed pipeline (run, report, "
@@ -379,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print {iteration_ms, stages: [...]} as JSON")
 
     p = add("scenario", cmd_scenario, "Write an interference preset as a time_s,device,slowdown trace CSV.")
-    p.add_argument("--name", required=True, help="preset: none, light, heavy, bursty, drift, periodic, jitter")
+    p.add_argument("--name", required=True, help=f"preset: {', '.join(PRESETS)}")
     p.add_argument("--devices", type=int, required=True, help="number of devices (pipeline stages)")
     p.add_argument("--duration-s", type=float, default=3600.0, help="length of the trace, s (default 3600)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from rlpipe.errors import InputError
+from rlpipe.files import read_text
 
 MAX_COLOCATION_SLOWDOWN = 2.3
 
@@ -163,13 +164,13 @@ class InterferenceTrace:
 TRACE_COLUMNS = ("time_s", "device", "slowdown")
 
 
+MAX_SLOWDOWN = 1000.0  # a device this much slower is as good as lost: larger factors only overflow the arithmetic
+
+
 def load_trace_csv(path: str | Path) -> InterferenceTrace:
     """Read a ``time_s,device,slowdown`` CSV; every problem is a one-line :class:`InputError`."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such trace file") from None
+    text = read_text(path, "trace file")
     reader = csv.DictReader(text.splitlines())
     missing = [column for column in TRACE_COLUMNS if column not in (reader.fieldnames or [])]
     if missing:
@@ -193,12 +194,13 @@ def load_trace_csv(path: str | Path) -> InterferenceTrace:
             raise InputError(f"{where}: slowdown: not a number ({row['slowdown']!r})") from None
         target = (row["device"] or "").strip()
         if target.startswith("link:") and target[5:].isdigit():
-            if not (math.isfinite(value) and 0 < value <= 1.0):
-                raise InputError(f"{where}: slowdown: a link's bandwidth factor must be in (0, 1], got {value}")
+            if not (math.isfinite(value) and 1.0 / MAX_SLOWDOWN <= value <= 1.0):
+                raise InputError(f"{where}: slowdown: a link's bandwidth factor must be in "
+                                 f"[{1.0 / MAX_SLOWDOWN:g}, 1], got {value}")
             max_device = max(max_device, int(target[5:]) + 1)
         elif target.isdigit():
-            if not (math.isfinite(value) and value >= 1.0):
-                raise InputError(f"{where}: slowdown: must be a finite number >= 1.0, got {value}")
+            if not (math.isfinite(value) and 1.0 <= value <= MAX_SLOWDOWN):
+                raise InputError(f"{where}: slowdown: must be a number in [1, {MAX_SLOWDOWN:g}], got {value}")
             max_device = max(max_device, int(target))
         else:
             raise InputError(f"{where}: device: unknown device {target!r} (expected 0, 1, ... or link:i)")

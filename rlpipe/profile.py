@@ -13,7 +13,6 @@ optimizer state for the layer's parameters (Adam keeps two moments: 2x the param
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from rlpipe.errors import InputError
+from rlpipe.fields import is_number
+from rlpipe.files import read_json
 
 LAYER_FIELDS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "optimizer_bytes")
 
@@ -122,14 +123,11 @@ class LayerProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> LayerProfile:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such profile file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"{path}: not valid JSON ({err})") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json(path, "profile file"), source=str(path))
+
+
+MIN_LAYER_MS, MAX_LAYER_MS = 1e-6, 1e7  # a nanosecond; about three hours per micro-batch
+MAX_LAYER_BYTES = 2**50  # a pebibyte
 
 
 def _is_int(value: Any) -> bool:
@@ -144,12 +142,15 @@ def _layer_from_dict(raw: Any, where: str) -> LayerCost:
             raise InputError(f"{where}: missing field '{key}'")
     for key in ("fwd_ms", "bwd_ms"):
         value = raw[key]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-            raise InputError(f"{where}.{key}: must be a finite number >= 0, got {value!r}")
+        if not is_number(value) or not 0 <= value <= MAX_LAYER_MS:
+            raise InputError(f"{where}.{key}: must be a number in [0, {MAX_LAYER_MS:g}] ms, got {value!r}")
+    if raw["fwd_ms"] + raw["bwd_ms"] < MIN_LAYER_MS:
+        raise InputError(f"{where}: fwd_ms + bwd_ms must be at least {MIN_LAYER_MS:g} ms (every layer takes some "
+                         f"time), got {raw['fwd_ms'] + raw['bwd_ms']!r}")
     for key in ("activation_bytes", "param_bytes", "optimizer_bytes"):
         value = raw[key]
-        if not _is_int(value) or value < 0:
-            raise InputError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
+        if not _is_int(value) or not 0 <= value <= MAX_LAYER_BYTES:
+            raise InputError(f"{where}.{key}: must be an integer in [0, 2**50], got {value!r}")
     return LayerCost(name=str(raw["name"]), fwd_ms=float(raw["fwd_ms"]), bwd_ms=float(raw["bwd_ms"]),
                      activation_bytes=raw["activation_bytes"], param_bytes=raw["param_bytes"],
                      optimizer_bytes=raw["optimizer_bytes"])

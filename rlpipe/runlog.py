@@ -10,10 +10,13 @@ needs to predict the run again (``rlpipe calibrate``).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from rlpipe.errors import InputError
+from rlpipe.fields import describe, fits
+from rlpipe.files import read_text
 
 INVALID_OVERRUN_FRACTION = 0.05
 """With emulated device time, a run where more than this fraction of compute chunks overran their
@@ -22,28 +25,120 @@ emulated time measured the host rather than the profile: its emulation did not h
 REQUIRED_FIELDS = ("iteration", "wall_s", "boundaries", "throughput_samples_s", "stages")
 
 
+Number = float  # a finite number (an integer is one too)
+RECORD_FIELDS: dict[str, Any] = {
+    "iteration": int, "wall_s": Number, "interval_s": Number, "iteration_ms": Number, "warmup_s": Number,
+    "boundaries": list[int], "throughput_samples_s": Number, "loss": Number | None, "losses": list[Number],
+    "stages": list[dict], "stall_s": Number, "p2p_gbps": Number, "predicted_iteration_ms": Number,
+    "predicted_compute_ms": list[Number], "run": dict, "emulation": dict, "injected_slowdown": list[Number],
+    "trace_time_s": Number, "decision": dict, "fallbacks": dict, "repartition": dict, "repartitions": list[dict],
+}
+STAGE_FIELDS: dict[str, Any] = {
+    "compute_ms": Number, "comm_ms": Number, "idle_ms": Number, "num_layers": int, "memory_bytes": Number,
+    "device_load": Number, "resident_param_bytes": int, "rss_bytes": int, "gpu_utilization": Number,
+    "gpu_memory_bytes": int,
+}
+HEADER_FIELDS: dict[str, Any] = {
+    "stages": int, "schedule": str, "microbatches": int, "interval": int, "policy": str | None,
+    "interference": str | None, "inject": str | None, "time_scale": Number, "device_time": str,
+    "device_time_scale": Number, "oversubscribed": bool, "processes": int, "cores": int, "p2p_gbps": Number,
+    "op_overhead_ms": Number, "forward_ms": list[Number], "backward_ms": list[Number],
+    "activation_bytes": list[Number],
+}
+PART_FIELDS: dict[str, dict[str, Any]] = {
+    "emulation": {"chunks": int, "overran": int},
+    "decision": {"action": str, "latency_ms": Number, "reason": str, "fallback": str},
+    "repartition": {"iteration": int, "from": list[int], "to": list[int], "committed": bool, "bytes_moved": int,
+                    "stall_s": Number},
+}
+PART_REQUIRED = {"emulation": ("chunks", "overran"), "decision": ("action", "latency_ms"),
+                 "repartition": ("from", "to", "bytes_moved", "stall_s")}
+RECORD_REQUIRES = {"predicted_iteration_ms": ("iteration_ms", "predicted_compute_ms"),
+                   "predicted_compute_ms": ("iteration_ms", "predicted_iteration_ms"), "repartition": ("p2p_gbps",)}
+
+
 def load_run(path: str | Path) -> list[dict[str, Any]]:
-    """The records of one run log; a malformed line is an error naming the file and line."""
+    """The records of one run log; a malformed line is an error naming the file, line and field."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such run log") from None
+    lines = read_text(path, "run log").splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"{path}: line {number}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise InputError(f"{path}: line {number}: not JSON ({err.msg})") from None
+            raise InputError(f"{where}: not JSON ({err.msg})") from None
+        except RecursionError:
+            raise InputError(f"{where}: not JSON (nested too deeply)") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{where}: expected a JSON object (one interval's record)")
         missing = [k for k in REQUIRED_FIELDS if k not in record]
         if missing:
-            raise InputError(f"{path}: line {number}: missing field(s) {', '.join(missing)}")
+            raise InputError(f"{where}: missing field(s) {', '.join(missing)}")
+        check_record(record, where)
         records.append(record)
     if not records:
         raise InputError(f"{path}: no records")
     return records
+
+
+def check_record(record: dict[str, Any], where: str) -> None:
+    """Types, signs and shapes of one record's fields (unknown fields pass: newer logs may add some)."""
+    _check_fields(record, RECORD_FIELDS, where)
+    boundaries = record["boundaries"]
+    if not boundaries or boundaries[0] != 0 or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
+        raise InputError(f"{where}: boundaries: expected increasing first layers from 0, got {boundaries}")
+    if len(record["stages"]) != len(boundaries):
+        raise InputError(f"{where}: stages: {len(record['stages'])} entries for {len(boundaries)} boundaries")
+    for i, stage in enumerate(record["stages"]):
+        _check_fields(stage, STAGE_FIELDS, f"{where}: stages[{i}]", required=("compute_ms", "num_layers"))
+        if stage.get("num_layers", 1) < 1:
+            raise InputError(f"{where}: stages[{i}].num_layers: must be >= 1")
+    if "run" in record:
+        _check_header(record["run"], boundaries, f"{where}: run")
+    for key, spec in PART_FIELDS.items():
+        if key in record:
+            _check_fields(record[key], spec, f"{where}: {key}", required=PART_REQUIRED[key])
+    for i, part in enumerate(record.get("repartitions", [])):
+        _check_fields(part, PART_FIELDS["repartition"], f"{where}: repartitions[{i}]",
+                      required=PART_REQUIRED["repartition"])
+    for key, needed in RECORD_REQUIRES.items():
+        lacking = [other for other in needed if other not in record]
+        if key in record and lacking:
+            raise InputError(f"{where}: {key} without {', '.join(lacking)}")
+    for key in ("predicted_compute_ms", "injected_slowdown"):
+        if key in record and len(record[key]) != len(boundaries):
+            raise InputError(f"{where}: {key}: {len(record[key])} entries for {len(boundaries)} stages")
+    if record["iteration"] < 0:
+        raise InputError(f"{where}: iteration: must be >= 0")
+
+
+def _check_header(header: dict[str, Any], boundaries: list[int], where: str) -> None:
+    _check_fields(header, HEADER_FIELDS, where, required=("stages", "schedule", "microbatches", "forward_ms",
+                                                          "backward_ms"))
+    lengths = {len(header[key]) for key in ("forward_ms", "backward_ms", "activation_bytes") if key in header}
+    if len(lengths) > 1 or any(n < boundaries[-1] + 1 for n in lengths):
+        raise InputError(f"{where}: forward_ms, backward_ms and activation_bytes need one entry per layer")
+    if header["stages"] != len(boundaries) or header["microbatches"] < 1:
+        raise InputError(f"{where}: stages must match the boundaries and microbatches be >= 1")
+
+
+def _check_fields(values: Any, spec: dict[str, Any], where: str, required: tuple[str, ...] = ()) -> None:
+    if not isinstance(values, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    missing = [key for key in required if key not in values]
+    if missing:
+        raise InputError(f"{where}: missing field(s) {', '.join(missing)}")
+    for key, hint in spec.items():
+        if key in values and not fits(values[key], hint):
+            raise InputError(f"{where}: {key}: expected {describe(hint)}, got {str(values[key])[:60]}")
+        if key in values and hint in (Number, int) and values[key] < 0:
+            raise InputError(f"{where}: {key}: must be >= 0, got {values[key]}")
+    for key, value in values.items():  # the values of unknown fields: no NaN or infinity either
+        if key not in spec and isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{where}: {key}: must be finite, got {value}")
 
 
 def run_headers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

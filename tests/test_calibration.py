@@ -42,7 +42,8 @@ def synthetic_run(seed: int, intervals: int = 300) -> list[dict]:
                   "stages": [{"compute_ms": float(m), "num_layers": 2} for m in measured]}
         if k % 25 == 24:
             moved = int(rng.integers(10**7, 5 * 10**7))
-            record["repartition"] = {"committed": True, "bytes_moved": moved, "stall_s": TRUTH["migration_overhead_s"]
+            record["repartition"] = {"from": records[-1]["boundaries"], "to": boundaries, "committed": True,
+                                     "bytes_moved": moved, "stall_s": TRUTH["migration_overhead_s"]
                                      + moved * 8 / (TRUTH["p2p_gbps"] * 1e9)}
         records.append(record)
     records[0]["run"] = header

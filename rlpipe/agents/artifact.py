@@ -9,7 +9,7 @@ stable-baselines3 nor the training code.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,12 @@ import torch
 from torch import nn
 
 from rlpipe.errors import InputError
+from rlpipe.fields import check_field_types
+from rlpipe.files import read_json
 from rlpipe.observation import OBSERVATION_VERSION, ActionLayout, ObservationEncoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+MAX_S_MAX, MAX_HISTORY, MAX_WIDTH = 64, 64, 65_536
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,27 @@ def save_artifact(actor: Actor, meta: ArtifactMeta, out_dir: str | Path, stem: s
     return weights, metadata
 
 
+def read_meta(metadata: Path) -> ArtifactMeta:
+    """``policy.json``, every field checked (types, sizes): a problem is one InputError."""
+    data = read_json(metadata, "policy description")
+    names = {f.name for f in fields(ArtifactMeta)}
+    if not isinstance(data, dict) or not {"observation_version", "s_max", "history"} <= set(data) <= names:
+        raise InputError(f"{metadata}: not a policy description (expected the fields {', '.join(sorted(names))})")
+    try:
+        meta = ArtifactMeta(**data)
+    except TypeError as err:
+        raise InputError(f"{metadata}: not a policy description ({err})") from None
+    check_field_types(meta, str(metadata))
+    if not 2 <= meta.s_max <= MAX_S_MAX or not 1 <= meta.history <= MAX_HISTORY:
+        raise InputError(f"{metadata}: s_max {meta.s_max} / history {meta.history} out of range "
+                         f"(2-{MAX_S_MAX} / 1-{MAX_HISTORY})")
+    if not meta.hidden_sizes or not all(1 <= width <= MAX_WIDTH for width in meta.hidden_sizes):
+        raise InputError(f"{metadata}: hidden_sizes: expected widths in 1-{MAX_WIDTH}, got {meta.hidden_sizes}")
+    if meta.activation not in ACTIVATIONS:
+        raise InputError(f"{metadata}: activation: {meta.activation!r} is none of {', '.join(ACTIVATIONS)}")
+    return meta
+
+
 def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, ArtifactMeta]:
     """Load ``DIR`` / ``DIR/policy.pt`` / ``X.pt`` with its ``X.json``; refuse what does not fit.
 
@@ -84,10 +108,7 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
     if not weights.exists() or not metadata.exists():
         raise InputError(f"{path}: no policy artifact there (a folder written by 'rlpipe train --out', "
                          f"holding {weights.name} and {metadata.name})")
-    try:
-        meta = ArtifactMeta(**json.loads(metadata.read_text()))
-    except (json.JSONDecodeError, TypeError) as err:
-        raise InputError(f"{metadata}: not a policy description ({err})") from None
+    meta = read_meta(metadata)
     if meta.observation_version != OBSERVATION_VERSION:
         raise InputError(f"{metadata}: trained for observation version {meta.observation_version}, "
                          f"this rlpipe encodes version {OBSERVATION_VERSION}")
@@ -103,6 +124,7 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
         state = torch.load(weights, weights_only=True, map_location="cpu")
         actor.load_state_dict(state)
     except Exception as err:  # a corrupt or foreign file: say which, never run its code
-        raise InputError(f"{weights}: unreadable policy weights ({type(err).__name__}: {err})") from None
+        first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise InputError(f"{weights}: unreadable policy weights ({type(err).__name__}: {first_line})") from None
     actor.eval()
     return actor, meta

@@ -20,13 +20,15 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rlpipe import ENV_ID
-from rlpipe.agents import imitation
+from rlpipe.agents import HEURISTICS, imitation
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
 from rlpipe.agents.deployed import PPOPolicy
 from rlpipe.calibration import Calibration
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.errors import InputError
+from rlpipe.fields import check_field_types
+from rlpipe.files import read_text
 from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, OBSERVATION_VERSION, ActionLayout, ObservationEncoder
 from rlpipe.seeds import HELD_OUT_SEED_BASE
 
@@ -67,21 +69,81 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
         try:
-            document = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such config file") from None
+            document = yaml.safe_load(read_text(path, "config file"))
         except yaml.YAMLError as err:
             raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(document, dict) or ENV_ID not in document:
             raise InputError(f"{path}: expected a block '{ENV_ID}:' with the hyper-parameters")
         block = document[ENV_ID] or {}
-        unknown = set(block) - set(cls.__dataclass_fields__)
+        if not isinstance(block, dict):
+            raise InputError(f"{path}: {ENV_ID}: expected a mapping of hyper-parameters")
+        unknown = set(map(str, block)) - set(cls.__dataclass_fields__)
         if unknown:
             raise InputError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
-        env_kwargs = dict(block.get("env_kwargs") or {})
+        env_kwargs = block.get("env_kwargs") or {}
+        if not isinstance(env_kwargs, dict):
+            raise InputError(f"{path}: env_kwargs: expected a mapping of environment options")
+        env_kwargs = dict(env_kwargs)
         if isinstance(env_kwargs.get("calibration"), str):  # a file named in the config lies beside it
             env_kwargs["calibration"] = str(Path(path).parent / env_kwargs["calibration"])
-        return cls(**{**block, "env_kwargs": env_kwargs})
+        return cls(**{**block, "env_kwargs": env_kwargs}).validate(str(path))
+
+    def validate(self, source: str = "train config") -> TrainConfig:
+        """Check every field (types, ranges, the environment options); a problem is one InputError."""
+        check_field_types(self, source)
+        for name in ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "eval_freq", "eval_episodes",
+                     "imitation_epochs", "checkpoint_freq"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{source}: {name}: must be >= 1, got {getattr(self, name)}")
+        if self.n_envs > MAX_ENVS or self.n_steps * self.n_envs > MAX_ROLLOUT:
+            raise InputError(f"{source}: n_envs x n_steps: at most {MAX_ENVS} environments and {MAX_ROLLOUT:,} "
+                             f"steps per rollout, got {self.n_envs} x {self.n_steps}")
+        if self.batch_size > self.n_steps * self.n_envs:
+            raise InputError(f"{source}: batch_size {self.batch_size}: larger than a rollout "
+                             f"(n_steps x n_envs = {self.n_steps * self.n_envs})")
+        for name in ("imitation_steps", "critic_warmup_steps", "ent_coef", "vf_coef"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{source}: {name}: must be >= 0, got {getattr(self, name)}")
+        for name, low, high in (("gamma", 0.0, 1.0), ("gae_lambda", 0.0, 1.0)):
+            if not low < getattr(self, name) <= high:
+                raise InputError(f"{source}: {name}: must be in ({low:g}, {high:g}], got {getattr(self, name)}")
+        for name in ("clip_range", "max_grad_norm", "eval_duration_s"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"{source}: {name}: must be > 0, got {getattr(self, name)}")
+        self._validate_learning_rate(source)
+        if set(self.policy_kwargs) - {"net_arch"} or not _is_net_arch(self.policy_kwargs.get("net_arch", [64])):
+            raise InputError(f"{source}: policy_kwargs: only net_arch, a list of layer widths (1-{MAX_WIDTH}), "
+                             f"is read, got {self.policy_kwargs!r:.80}")
+        if self.policy != "MlpPolicy":
+            raise InputError(f"{source}: policy: only MlpPolicy fits the flat observation, got {self.policy!r}")
+        if self.imitate is not None and (self.imitate not in HEURISTICS or self.imitate == "oracle"):
+            raise InputError(f"{source}: imitate: a live heuristic to imitate, got {self.imitate!r}")
+        RepartitionEnv(**_env_kwargs(self))  # the environment options: checked where they are known
+        return self
+
+    def _validate_learning_rate(self, source: str) -> None:
+        rate = self.learning_rate
+        if isinstance(rate, str):
+            try:
+                rate = float(rate.removeprefix("lin_")) if rate.startswith("lin_") else float("nan")
+            except ValueError:
+                rate = float("nan")
+        if not 0 < rate < 1:
+            raise InputError(f"{source}: learning_rate: a number in (0, 1) or lin_<number>, got "
+                             f"{self.learning_rate!r}")
+
+
+MAX_ENVS = 256
+MAX_ROLLOUT = 10_000_000  # steps per rollout buffer: beyond, memory runs out
+MAX_WIDTH = 65_536
+
+
+def _is_net_arch(net_arch: Any) -> bool:
+    """A list of positive layer widths (SB3 also takes a dict of such lists for ``pi`` and ``vf``)."""
+    if isinstance(net_arch, dict):
+        return set(net_arch) <= {"pi", "vf"} and all(_is_net_arch(widths) for widths in net_arch.values())
+    return isinstance(net_arch, list) and all(
+        isinstance(width, int) and not isinstance(width, bool) and 1 <= width <= MAX_WIDTH for width in net_arch)
 
 
 def _source_revision() -> str:

@@ -15,6 +15,11 @@ import numpy as np
 
 from rlpipe.calibration import Calibration
 from rlpipe.errors import InputError
+from rlpipe.fields import is_number
+
+MODEL_LIMITS = {"sigma": 3.0, "outlier_probability": 1.0, "outlier_scale": 100.0, "stage_bias_sigma": 3.0,
+                "compute_bias": 100.0, "op_overhead_fraction": 100.0, "iteration_overhead_fraction": 100.0}
+"""The largest value of each field a config may give (beyond, timers would overflow)."""
 
 
 @dataclass(frozen=True)
@@ -62,9 +67,11 @@ class MeasurementModel:
         if unknown:
             raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         for key, value in spec.items():
-            if key != "name" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                  or not np.isfinite(value)):
-                raise InputError(f"{where}: {key}: must be a finite number >= 0, got {value!r}")
+            if key == "name":
+                if not isinstance(value, str):
+                    raise InputError(f"{where}: name: expected a string, got {value!r}")
+            elif not is_number(value) or not 0 <= value <= MODEL_LIMITS[key]:
+                raise InputError(f"{where}: {key}: must be a number in [0, {MODEL_LIMITS[key]:g}], got {value!r}")
         return cls(**spec)
 
     def draw_stage_bias(self, rng: np.random.Generator, num_stages: int) -> np.ndarray:

@@ -25,15 +25,19 @@ import numpy as np
 from rlpipe.calibration import Calibration
 from rlpipe.envs.measurement import MeasurementModel
 from rlpipe.errors import InputError
-from rlpipe.interference import InterferenceTrace, load_scenario
+from rlpipe.fields import check_field_types
+from rlpipe.interference import InterferenceTrace, check_scenario, load_scenario
 from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, OBSERVATION_CLIP, ActionLayout, ObservationEncoder
-from rlpipe.partition import bottleneck_dp, inflight_microbatches, stage_edges
+from rlpipe.partition import SCHEDULES, bottleneck_dp, inflight_microbatches, stage_edges
 from rlpipe.planning import Planner
 from rlpipe.profile import LayerProfile, load_profile
 from rlpipe.simulator import NO_OVERHEADS, IterationTiming, MigrationCost, Overheads, operation_graph, simulate_kernel
 from rlpipe.stats import IntervalStats
 
 CONGESTED_LINKS_GBPS = 10.0  # links' nominal bandwidth in episodes whose scenario congests them, Gbit/s
+
+MAX_S_MAX = 64
+MAX_DURATION_S = 7 * 24 * 3600.0  # a week of simulated training per episode
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,29 @@ class EnvConfig:
         return tuple(models) or None
 
     def validate(self) -> EnvConfig:
+        """Check every option (types, ranges, that named profiles and scenarios exist): a problem is one
+        InputError naming the option, at construction rather than in some later episode."""
+        check_field_types(self, "env_kwargs", infinite_ok=("bandwidth_gbps",))
+        if not 2 <= self.s_max <= MAX_S_MAX or self.history < 1:
+            raise InputError(f"env_kwargs: need 2 <= s_max <= {MAX_S_MAX} and history >= 1, got {self.s_max}, "
+                             f"{self.history}")
+        if not 0 < self.duration_s <= MAX_DURATION_S:
+            raise InputError(f"env_kwargs: duration_s: must be in (0, {MAX_DURATION_S:g}] s, got {self.duration_s}")
+        if any(m < 1 for m in self.microbatches) or any(not b > 0 for b in self.bandwidth_gbps):
+            raise InputError("env_kwargs: microbatches must be >= 1 and bandwidth_gbps > 0")
+        low, high = self.migration_overhead_s
+        if not 0 < low <= high or not self.migration_bandwidth_gbps > 0 or self.timer_noise < 0:
+            raise InputError("env_kwargs: need 0 < migration_overhead_s[0] <= [1], migration_bandwidth_gbps > 0 "
+                             "and timer_noise >= 0")
+        unknown = [s for s in self.schedules if s not in SCHEDULES]
+        if unknown:
+            raise InputError(f"env_kwargs: schedules: {unknown[0]!r} is none of {', '.join(SCHEDULES)}")
+        for scenario in self.scenarios:
+            check_scenario(scenario)
+        if self.profile is None:
+            for name in self.profiles:
+                load_profile(name)
+        self.timer_models()
         if not 1 <= self.min_stages <= self.max_stages:
             raise InputError(f"stages: need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}")
         if self.max_stages > self.s_max:

@@ -95,7 +95,7 @@ def test_config_file_is_validated(tmp_path):
     with pytest.raises(InputError, match="n_timestep"):
         TrainConfig.from_yaml(bad)
     config = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "ppo.yml")
-    assert config.n_envs == 4 and "heavy" in config.env_kwargs["scenarios"]
+    assert config.n_envs == 16 and "heavy" in config.env_kwargs["scenarios"]
 
 
 def test_the_shipped_default_policy_loads_and_acts():
