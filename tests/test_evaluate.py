@@ -47,12 +47,15 @@ GOLDEN = Path(__file__).parent / "data" / "evaluate_golden.json"
 
 
 def test_evaluate_reproduces_the_recorded_results(tmp_path):
-    """``rlpipe evaluate`` on fixed seeds gives the figures recorded before the house-keeping refactor
-    (bit-identical on the machine that recorded them; 1e-12 leaves room only for another CPU's last-ulp
-    rounding in vectorised math). A deliberate change of behaviour re-records the file in its commit."""
+    """``rlpipe evaluate`` on fixed seeds gives the recorded figures (bit-identical on the machine that
+    recorded them; 1e-12 leaves room only for another CPU's last-ulp rounding in vectorised math). A
+    deliberate change of behaviour re-records the file in its commit (last: observation v2, decisions
+    every 10 iterations, presets calibrated to cluster measurements, the threshold rule, the retrained
+    default policy)."""
     from rlpipe.cli import main
 
-    code = main(["evaluate", "--policies", "static,greedy,dynpipe,oracle,ppo", "--scenarios", "heavy,bursty,drift",
+    code = main(["evaluate", "--policies", "static,greedy,dynpipe,threshold,oracle,ppo",
+                 "--scenarios", "heavy,bursty,drift",
                  "--episodes", "2", "--seed", "7", "--stages", "4", "--duration-s", "900", "--out", str(tmp_path)])
     assert code == 0
     produced = json.loads((tmp_path / "results.json").read_text())["scenarios"]
