@@ -11,14 +11,21 @@ HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipe
               "oracle": OraclePolicy}
 
 
-def make_policy(spec: str, live: bool = False) -> Policy:
+FALLBACKS = ("static", "greedy", "dynpipe", "threshold")  # what can decide when the learned policy cannot
+
+
+def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Policy:
     """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``oracle``, ``ppo`` or
     ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
         live: the policy will drive a live pipeline: a simulation-only policy is refused.
+        fallback: the heuristic (one of :data:`FALLBACKS`) that decides for ``ppo`` when its actor
+            cannot (more stages than it knows, unusable statistics).
     """
+    if fallback not in FALLBACKS:
+        raise InputError(f"fallback '{fallback}': choose from {', '.join(FALLBACKS)}")
     name, _, path = spec.partition(":")
     policy: Policy
     if name in HEURISTICS and not path:
@@ -26,7 +33,8 @@ def make_policy(spec: str, live: bool = False) -> Policy:
     elif name == "ppo":
         from rlpipe.agents.deployed import load_deployed_policy
 
-        policy = load_deployed_policy(path or None)  # a named artifact must load: InputError if not
+        # a named artifact must load: InputError if not
+        policy = load_deployed_policy(path or None, fallback=HEURISTICS[fallback]())
     else:
         raise InputError(f"policy '{spec}': unknown (choose from {', '.join(HEURISTICS)}, ppo, ppo:PATH)")
     if live and not policy.live:
@@ -35,4 +43,4 @@ def make_policy(spec: str, live: bool = False) -> Policy:
 
 
 __all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "ThresholdPolicy",
-           "OraclePolicy", "make_policy", "HEURISTICS"]
+           "OraclePolicy", "make_policy", "HEURISTICS", "FALLBACKS"]

@@ -19,7 +19,10 @@ class PipelineConfig:
         interval: iterations per statistics interval (and per controller decision).
         boundaries: first layer of each stage (``None``: the optimal partition of the profile).
         profile: profile JSON or shipped name (``None``: measured at start-up on rank 0).
-        policy: controller policy: static, greedy, dynpipe, ppo or ppo:PATH (``None``: no controller).
+        policy: controller policy: static, greedy, dynpipe, threshold, ppo or ppo:PATH (``None``: no
+            controller).
+        fallback: the heuristic that decides for ``ppo`` when its actor cannot (static, greedy,
+            dynpipe, threshold).
         device_time: ``real`` (what the host gives) or ``emulated`` (the profile's time x scale).
         device_time_scale: emulated time over the profile's (``None``: chosen so that emulation holds).
         interference: injected scenario preset or ``trace:FILE.csv`` (``None``: none).
@@ -41,6 +44,7 @@ class PipelineConfig:
     boundaries: tuple[int, ...] | None = None
     profile: str | None = None
     policy: str | None = None
+    fallback: str = "dynpipe"
     device_time: str = "real"
     device_time_scale: float | None = None
     interference: str | None = None
@@ -76,7 +80,9 @@ class RunConfig:
         log: JSONL file for one record per interval (``None``: no log).
         repartition_at: scripted repartitions, ``{iteration: boundaries}``, applied before that iteration.
         save_params: write the final parameters of every layer to this file (``None``: don't).
-        policy: controller policy: static, greedy, dynpipe, ppo or ppo:PATH (``None``: no controller).
+        policy: controller policy: static, greedy, dynpipe, threshold, ppo or ppo:PATH (``None``: no
+            controller).
+        fallback: the heuristic that decides for ``ppo`` when its actor cannot.
         interference: injected scenario preset or ``trace:FILE.csv`` (``None``: none).
         inject: ``throttle`` (sleep-stretch compute) or ``colocate`` (a competing process).
         time_scale: trace seconds per second of run time.
@@ -106,6 +112,7 @@ class RunConfig:
     repartition_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
     save_params: str | None = None
     policy: str | None = None
+    fallback: str = "dynpipe"
     interference: str | None = None
     inject: str = "throttle"
     time_scale: float = 12.0
@@ -164,6 +171,7 @@ def _repartition(text: str) -> tuple[int, tuple[int, ...]]:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same. Defaults come from
     :class:`RunConfig`."""
+    from rlpipe.agents import FALLBACKS
     from rlpipe.interference import PRESETS
     from rlpipe.models import BUILTIN_MODELS
     from rlpipe.runtime.device_time import DEVICE_TIME_MODES
@@ -199,6 +207,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
                         "greedy, dynpipe, threshold, ppo (the shipped default) or ppo:PATH (a folder written by rlpipe "
                         "train; default: none, only --repartition-at)")
+    parser.add_argument("--fallback", choices=FALLBACKS, default=d.fallback,
+                        help="the heuristic that decides for ppo when its actor cannot (more stages than it was "
+                        f"trained for, unusable statistics; default {d.fallback})")
     parser.add_argument("--interference", help=f"inject a scenario preset ({', '.join(PRESETS)}) or "
                         "trace:FILE.csv on the stages (default: none)")
     parser.add_argument("--inject", choices=INJECTION_MODES, default=d.inject,

@@ -26,15 +26,16 @@ class Controller:
     a policy without an artifact gets the defaults.
 
     Args:
-        policy_spec: ``static``, ``greedy``, ``dynpipe``, ``ppo`` or ``ppo:PATH``.
+        policy_spec: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``ppo`` or ``ppo:PATH``.
         profile: the per-layer profile the run started from.
         num_stages, schedule, microbatches: the pipeline.
         migration: the stall model (fixed overhead and the measured point-to-point bandwidth).
+        fallback: the heuristic that decides for ``ppo`` when its actor cannot.
     """
 
     def __init__(self, policy_spec: str, profile: LayerProfile, num_stages: int, schedule: str, microbatches: int,
-                 migration: MigrationCost):
-        self.policy = make_policy(policy_spec, live=True)
+                 migration: MigrationCost, fallback: str = "dynpipe"):
+        self.policy = make_policy(policy_spec, live=True, fallback=fallback)
         s_max, history = self.policy.observation_layout or (DEFAULT_S_MAX, DEFAULT_HISTORY)
         planner = Planner(profile, num_stages, schedule, microbatches, migration=migration)
         self.encoder = ObservationEncoder(planner, max(s_max, num_stages), history)

@@ -46,7 +46,7 @@ def validate(config: RunConfig) -> None:
     if config.policy:
         from rlpipe.agents import make_policy
 
-        make_policy(config.policy, live=True)  # an artifact the user names must load now
+        make_policy(config.policy, live=True, fallback=config.fallback)  # a named artifact must load now
     if config.interference:
         from rlpipe.interference import load_scenario
 

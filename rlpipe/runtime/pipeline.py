@@ -252,7 +252,7 @@ def _checked_config(layers: Sequence[nn.Module], loss_fn: Callable, optimizer: O
                          f"{', '.join(DEVICE_TIME_MODES)}")
     if checked.policy is not None:
         try:
-            make_policy(checked.policy, live=True)
+            make_policy(checked.policy, live=True, fallback=checked.fallback)
         except InputError as err:
             raise ValueError(f"AdaptivePipeline: policy: {err}") from None
     return checked
@@ -363,7 +363,7 @@ class AdaptivePipeline:
                 migration = MigrationCost(bandwidth_gbps=self.bandwidth_gbps or 10.0,
                                           overhead_s=config.migration_overhead_s)
                 self.controller = Controller(config.policy, device_profile, self.world, config.schedule,
-                                             config.microbatches, migration)
+                                             config.microbatches, migration, config.fallback)
             if config.log:
                 Path(config.log).parent.mkdir(parents=True, exist_ok=True)
                 self.log = open(config.log, "a" if config.append_log else "w")

@@ -70,6 +70,14 @@ def test_artifact_for_another_layout_is_refused(trained, tmp_path):
         make_policy(f"ppo:{tmp_path / 'nowhere'}")
 
 
+def test_the_fallback_is_any_live_heuristic():
+    for name in ("static", "greedy", "dynpipe", "threshold"):
+        assert make_policy("ppo", fallback=name).fallback.name == name  # type: ignore[attr-defined]
+    for name in ("oracle", "ppo", "dynpipee"):
+        with pytest.raises(InputError, match="fallback"):
+            make_policy("ppo", fallback=name)
+
+
 @pytest.mark.slow
 def test_fallback_engages_and_is_counted(trained, tmp_path):
     policy = load_deployed_policy(str(trained))

@@ -73,7 +73,7 @@ def test_a_misspelt_ppo_artifact_stops_the_run_at_start_up(tmp_path):
 @pytest.mark.slow
 def test_ppo_on_more_stages_than_it_was_trained_for_falls_back_and_logs_why(tmp_path):
     log, _ = run(tmp_path, "ppo", "--model", "mlp", "--layers", "10", "--stages", "9", "--microbatches", "9",
-                 "--batch", "18", "--iterations", "4", "--interval", "2", "--policy", "ppo")
+                 "--batch", "18", "--iterations", "4", "--interval", "2", "--policy", "ppo", "--fallback", "threshold")
     records = load_run(log)
     assert summarize(records)["fallbacks"] == 1
     assert "exceed the artifact's s_max 8" in records[0]["decision"]["fallback"]
@@ -85,6 +85,12 @@ def test_report_refuses_a_malformed_log(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "report", str(bad), "-o", str(tmp_path / "r")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "line 1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_fallback_that_is_no_live_heuristic_is_refused():
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", "--model", "mlp", "--stages", "2",
+                             "--policy", "ppo", "--fallback", "oracle"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--fallback" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_oracle_is_refused_live():
