@@ -300,12 +300,12 @@ def cmd_demo(args: argparse.Namespace) -> None:
     policies = _names(args.policies, "--policies", DEMO_POLICIES)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    base = RunConfig(model="transformer", layers=12, stages=4, schedule="1f1b", microbatches=4, batch=16,
+    base = RunConfig(model="charlm", layers=12, stages=4, schedule="1f1b", microbatches=4, batch=16,
                      iterations=args.iterations, interval=10, seed=3, interference=args.scenario,
                      inject="throttle", device_time="emulated", profile=str(out / "profile.json"))
     torch.set_num_threads(1)
     spec = load_model(base.model, base.layers, base.batch // base.microbatches, seed=base.seed)
-    profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name="transformer12")
+    profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name=spec.name)
     profile.save(out / "profile.json")
     run_s = emulated_run_s(profile, base.stages, base.schedule, base.microbatches, base.iterations,
                            len(os.sched_getaffinity(0)))
@@ -421,8 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("logs", nargs="+", help="run logs (JSONL from rlpipe run --log)")
     p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
 
-    p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage transformer pipeline on emulated "
-            "device time under an injected window (mild noise to hold through, a short burst, then a lasting "
+    p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage pipeline of a character-level "
+            "language model (trained on the Python standard library's source) on emulated device time under "
+            "an injected window (mild noise to hold through, a short burst, then a lasting "
             "straggler to move for), run once per policy, then a comparison table and plots (~5 minutes).")
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
     p.add_argument("--policies", action="append", help=f"policies to compare (default {DEMO_POLICIES})")

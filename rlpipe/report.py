@@ -44,7 +44,7 @@ def summarize(records: list[dict[str, Any]], calibration: Calibration | None = N
                "bytes_moved": int(sum(r["bytes_moved"] for r in committed)),
                "fallbacks": int(sum(fallbacks.values())),
                "decision_latency_ms": float(np.median(latencies)) if latencies else None,
-               "final_loss": records[-1].get("loss"),
+               "first_loss": records[0].get("loss"), "final_loss": records[-1].get("loss"),
                "device_time": header.get("device_time"), "device_time_scale": header.get("device_time_scale"),
                "oversubscribed": header.get("oversubscribed"),
                "emulation_overran": overran / chunks if chunks else None,
@@ -80,11 +80,12 @@ def write_report(paths: list[str], out_dir: str | Path, calibration: Calibration
              "Fidelity: the median over intervals of |live / predicted iteration time - 1| (the simulator's "
              "prediction for the interval's partition, profile and injected slowdowns; warm-up steps left out).", "",
              f"| run | iterations | throughput samples/s | vs first | repartitions | stall s | bytes moved | fallbacks "
-             f"| decision ms | final loss | device time | fidelity{calibrated} |",
+             f"| decision ms | loss first -> final | device time | fidelity{calibrated} |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if calibration is not None else "")]
     for name, s in summaries.items():
         latency = "-" if s["decision_latency_ms"] is None else f"{s['decision_latency_ms']:.3f}"
-        loss = "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"
+        loss = ("-" if s["final_loss"] is None or s["first_loss"] is None
+                else f"{s['first_loss']:.3f} -> {s['final_loss']:.3f}")
         fidelity = "-" if s["fidelity"] is None else f"{s['fidelity']:.3f}"
         if calibration is not None:
             fidelity += " | -" if s["calibrated_fidelity"] is None else f" | {s['calibrated_fidelity']:.3f}"
@@ -103,7 +104,8 @@ def write_report(paths: list[str], out_dir: str | Path, calibration: Calibration
 
 
 def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
-    """Live runs side by side over run time: throughput, injected slowdown, and each run's partition
+    """Live runs side by side over run time: throughput, injected slowdown, live over predicted
+    iteration time (where logged), GPU utilisation (on CUDA), training loss, and each run's partition
     (stacked stage sizes, repartitions marked)."""
     plt = use_agg()
     first = next(iter(runs.values()))
@@ -111,7 +113,8 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
     num_layers = int(sum(s["num_layers"] for s in first[0]["stages"]))
     colours = stage_colours(num_stages)
     predicted = any("predicted_iteration_ms" in r for records in runs.values() for r in records)
-    extra = 3 if predicted else 2
+    on_gpu = any("gpu_utilization" in s for r in first for s in r["stages"])  # NVML's figures, on CUDA only
+    extra = 3 + predicted + on_gpu
     fig, axes = plt.subplots(extra + len(runs), 1, figsize=(11, 2.1 * (extra + len(runs))), sharex=True)
     for k, (name, records) in enumerate(runs.items()):
         axes[0].step(_interval_starts(records) + [records[-1]["wall_s"]],
@@ -137,6 +140,14 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
         axes[2].axhline(1.0, color="black", lw=0.6, ls=":")
         axes[2].set_ylabel("live / predicted\niteration time")
         axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run", title_fontsize=7)
+    if on_gpu:
+        _plot_gpu_utilization(axes[extra - 2], first, colours, next(iter(runs)))
+    for k, (name, records) in enumerate(runs.items()):
+        with_loss = [r for r in records if r.get("loss") is not None]
+        axes[extra - 1].plot([r["wall_s"] for r in with_loss], [r["loss"] for r in with_loss], marker=".", lw=0.9,
+                             color=policy_colour(name, k), label=name)
+    axes[extra - 1].set_ylabel("training loss\n(per interval)")
+    axes[extra - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run", title_fontsize=7)
     for ax, (name, records) in zip(axes[extra:], runs.items()):
         starts = _interval_starts(records)
         plot_partitions(ax, starts, records[-1]["wall_s"], [r["boundaries"] for r in records], num_layers, colours)
@@ -147,6 +158,17 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes[-1].set_xlabel("run time (s)")
     return fig
+
+
+def _plot_gpu_utilization(ax: Any, records: list[dict[str, Any]], colours: list, run: str) -> None:
+    """Each stage's GPU utilisation per interval (NVML), in one run."""
+    for stage, colour in enumerate(colours):
+        kept = [r for r in records if "gpu_utilization" in r["stages"][stage]]
+        ax.plot([r["wall_s"] for r in kept], [r["stages"][stage]["gpu_utilization"] for r in kept], marker=".",
+                lw=0.9, color=colour, label=f"stage {stage}")
+    ax.set_ylabel("GPU utilisation\n(%, NVML)")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=f"in run {run}", title_fontsize=7)
 
 
 def _interval_starts(records: list[dict[str, Any]]) -> list[float]:

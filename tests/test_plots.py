@@ -53,3 +53,16 @@ def test_report_figure_is_readable(tmp_path):
     assert any("ppo" in t and "1 repartition" in t for t in titles)
     assert json.dumps(runs)  # plain data in, nothing hidden
     assert np.isfinite([line.get_ydata() for line in figure.get_axes()[0].get_lines()][0]).all()
+
+
+def test_report_plots_gpu_utilization_when_the_log_has_it():
+    stages = [{"num_layers": 3, "compute_ms": 1.0, "gpu_utilization": 60.0, "gpu_memory_bytes": 2**30},
+              {"num_layers": 3, "compute_ms": 1.0, "gpu_utilization": 95.0, "gpu_memory_bytes": 2**30}]
+    records = [{"iteration": 10 * k, "wall_s": 2.0 * k, "interval_s": 2.0, "boundaries": [0, 3],
+                "throughput_samples_s": 80.0, "loss": 2.0 / k, "stages": stages} for k in (1, 2, 3)]
+    figure = plot_runs({"ppo": records})
+    assert_readable(figure)
+    gpu = [ax for ax in figure.get_axes() if "GPU" in ax.get_ylabel()]
+    assert len(gpu) == 1 and [list(line.get_ydata()) for line in gpu[0].get_lines()] == [[60.0] * 3, [95.0] * 3]
+    cpu_only = plot_runs({"ppo": [{**r, "stages": [{"num_layers": 3, "compute_ms": 1.0}] * 2} for r in records]})
+    assert not [ax for ax in cpu_only.get_axes() if "GPU" in ax.get_ylabel()]
