@@ -24,13 +24,15 @@ import numpy as np
 from rlpipe.calibration import simulate_record
 from rlpipe.profile import load_profile
 from rlpipe.runlog import load_run, run_headers
-from rlpipe.runtime.device_time import emulated_run_s
+from rlpipe.runtime.device_time import comparison_scale, emulated_run_s
 from rlpipe.simulator import Overheads
 
 POLICIES = ["static", "greedy", "dynpipe", "threshold", "ppo"]
 WINDOWS = ["window", "calm"]
 REPEATS = 3
-STAGES, ITERATIONS, MICROBATCHES, BATCH = 4, 300, 4, 16
+# 150 iterations (15 decisions) a run keeps 30 runs within ~30 minutes on 2 cores; each window's hour of
+# scenario is stretched over the run whatever its length
+STAGES, ITERATIONS, MICROBATCHES, BATCH = 4, 150, 4, 16
 MODEL = ["--model", "transformer", "--layers", "12", "--stages", str(STAGES), "--schedule", "1f1b",
          "--microbatches", str(MICROBATCHES), "--batch", str(BATCH), "--interval", "10", "--seed", "3",
          "--device-time", "emulated", "--inject", "throttle"]
@@ -49,10 +51,12 @@ def simulated_samples_s(records: list[dict]) -> float:
     return samples / seconds
 
 
-def one_run(root: Path, tmp: Path, profile: Path, window: str, policy: str, repeat: int, time_scale: float) -> dict:
+def one_run(root: Path, tmp: Path, profile: Path, window: str, policy: str, repeat: int, time_scale: float,
+            scale: float) -> dict:
     log = tmp / f"{window}-{policy}-{repeat}.jsonl"
     subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *MODEL, "--iterations", str(ITERATIONS),
-                    "--profile", str(profile), "--interference", window, "--time-scale", f"{time_scale:.3f}",
+                    "--profile", str(profile), "--device-time-scale", f"{scale:g}", "--interference", window,
+                    "--time-scale", f"{time_scale:.3f}",
                     "--policy", policy, "--log", str(log)], check=True, cwd=root, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     records = load_run(log)
@@ -109,8 +113,10 @@ def run() -> dict:
         subprocess.run([sys.executable, "-m", "rlpipe.cli", "profile", "--model", "transformer", "--layers", "12",
                         "--batch", str(BATCH), "--microbatches", str(MICROBATCHES), "-o", str(profile)],
                        check=True, cwd=root, stdout=subprocess.DEVNULL)
+        scale = comparison_scale(STAGES, len(os.sched_getaffinity(0)))  # one scale for every run
+        results["device_time_scale"] = scale
         expected_s = emulated_run_s(load_profile(profile), STAGES, "1f1b", MICROBATCHES, ITERATIONS,
-                                    len(os.sched_getaffinity(0)))
+                                    len(os.sched_getaffinity(0)), scale)
         time_scale = 3600.0 / expected_s  # the hour-long window spans the run
         results["time_scale"] = time_scale
         for window in WINDOWS:
@@ -118,7 +124,7 @@ def run() -> dict:
             for repeat in range(REPEATS):  # interleaved, so that a slow spell of the machine hits all alike
                 for policy in POLICIES:
                     print(f"  {window} {policy} #{repeat + 1}", flush=True)
-                    runs[policy].append(one_run(root, tmp, profile, window, policy, repeat, time_scale))
+                    runs[policy].append(one_run(root, tmp, profile, window, policy, repeat, time_scale, scale))
             table = summarise(runs)
             agree, disagreements = rankings_agree(table)
             results["windows"][window] = {"table": table, "runs": runs, "rankings_agree": agree,
@@ -145,7 +151,8 @@ def acceptance(windows: dict) -> dict:
 
 def to_markdown(results: dict) -> str:
     lines = [f"Live, device time emulated, {results['stages']} stage processes on {results['cores']} cores "
-             f"({results['stages'] / results['cores']:g} per core), {results['iterations']} iterations a run, "
+             f"({results['stages'] / results['cores']:g} per core), device-time scale {results['device_time_scale']:g} "
+             f"for every run, {results['iterations']} iterations a run, "
              f"{results['repeats']} repeats a policy (mean, and spread = max - min); the simulated column is the "
              "simulator's prediction for the same runs.", ""]
     for window, found in results["windows"].items():

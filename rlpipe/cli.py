@@ -293,7 +293,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from rlpipe.profile import measure_profile
     from rlpipe.report import write_report
     from rlpipe.runtime.config import RunConfig
-    from rlpipe.runtime.device_time import emulated_run_s
+    from rlpipe.runtime.device_time import comparison_scale, emulated_run_s
     from rlpipe.runtime.launch import launch
 
     check_scenario(args.scenario)
@@ -307,8 +307,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
     spec = load_model(base.model, base.layers, base.batch // base.microbatches, seed=base.seed)
     profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name=spec.name)
     profile.save(out / "profile.json")
-    run_s = emulated_run_s(profile, base.stages, base.schedule, base.microbatches, base.iterations,
-                           len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0))
+    base.device_time_scale = comparison_scale(base.stages, cores)  # one scale: the runs are compared
+    run_s = emulated_run_s(profile, base.stages, base.schedule, base.microbatches, base.iterations, cores,
+                           base.device_time_scale)
     base.time_scale = 3600.0 / run_s  # the scenario's hour spans each run
     logs = []
     for policy in policies:

@@ -23,7 +23,8 @@ from rlpipe.runlog import INVALID_OVERRUN_FRACTION
 from rlpipe.runtime.injection import Injector
 from rlpipe.simulator import PipelineCosts
 
-__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "default_scale", "emulated_run_s"]
+__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "comparison_scale", "default_scale",
+           "emulated_run_s"]
 
 DEVICE_TIME_MODES = ("real", "emulated")
 EMULATION_MARGIN = 2.0  # emulated time this many times the real compute expected under contention
@@ -44,14 +45,21 @@ def default_scale(profile_ms: float, real_ms: float, processes: int, cores: int)
     return max(math.ceil(scale * 10) / 10, 0.1)
 
 
+def comparison_scale(stages: int, cores: int) -> float:
+    """One device-time scale for runs that will be compared with each other (a profile measured here):
+    the default scale with a 25% margin, fixed, so that every run emulates the same devices whatever
+    the machine's load when each one starts."""
+    return 1.25 * default_scale(1.0, 1.0, stages, cores)
+
+
 def emulated_run_s(profile: LayerProfile, stages: int, schedule: str, microbatches: int, iterations: int,
-                   cores: int) -> float:
+                   cores: int, scale: float | None = None) -> float:
     """How long ``iterations`` iterations of the profile's optimal partition take in emulated device
-    time at the default scale for ``stages`` processes on ``cores`` cores, s (the profile measured
-    here), e.g. to stretch a scenario's window over a run with ``--time-scale``."""
+    time at ``scale`` (default: the default scale for ``stages`` processes on ``cores`` cores), s (the
+    profile measured here), e.g. to stretch a scenario's window over a run with ``--time-scale``."""
     boundaries = optimal_partition(profile, stages, microbatches=microbatches, schedule=schedule).partition.boundaries
     iteration_ms = PipelineCosts(profile).simulate(boundaries, schedule, microbatches).iteration_ms
-    return iterations * iteration_ms * default_scale(1.0, 1.0, stages, cores) / 1e3
+    return iterations * iteration_ms * (scale or default_scale(1.0, 1.0, stages, cores)) / 1e3
 
 
 class DeviceClock:
