@@ -59,6 +59,11 @@ def one_run(root: Path, tmp: Path, profile: Path, window: str, policy: str, repe
                     "--time-scale", f"{time_scale:.3f}",
                     "--policy", policy, "--log", str(log)], check=True, cwd=root, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
+    return figures_of(log)
+
+
+def figures_of(log: Path) -> dict:
+    """One run's figures from its log."""
     records = load_run(log)
     seconds = sum(r["interval_s"] for r in records)
     chunks = sum(r["emulation"]["chunks"] for r in records)

@@ -426,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage pipeline of a character-level "
             "language model (trained on the Python standard library's source) on emulated device time under "
             "an injected window (mild noise to hold through, a short burst, then a lasting "
-            "straggler to move for), run once per policy, then a comparison table and plots (~5 minutes).")
+            "straggler to move for), run once per policy, then a comparison table and plots (~12 minutes on 2 cores).")
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
     p.add_argument("--policies", action="append", help=f"policies to compare (default {DEMO_POLICIES})")
     p.add_argument("--scenario", default="window", help="injected scenario, stretched over each run (default "

@@ -11,7 +11,7 @@ import pytest
 
 from rlpipe.interference import InterferenceTrace
 from rlpipe.runlog import load_run
-from rlpipe.runtime.device_time import DeviceClock, default_scale
+from rlpipe.runtime.device_time import DeviceClock, comparison_scale, default_scale
 from rlpipe.runtime.injection import Injector
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -50,6 +50,11 @@ def test_the_default_scale_grows_with_processes_per_core_and_a_faster_profile():
     assert default_scale(profile_ms=10.0, real_ms=10.0, processes=2, cores=2) == pytest.approx(2.0)
     assert default_scale(profile_ms=10.0, real_ms=10.0, processes=8, cores=2) == pytest.approx(8.0)
     assert default_scale(profile_ms=1.0, real_ms=10.0, processes=4, cores=2) == pytest.approx(40.0)  # a GPU profile
+
+
+def test_compared_runs_share_one_scale_with_a_margin_over_the_default():
+    assert comparison_scale(4, 2) == pytest.approx(1.25 * default_scale(1.0, 1.0, 4, 2)) == pytest.approx(5.0)
+    assert comparison_scale(2, 2) < comparison_scale(8, 2)
 
 
 def run(tmp_path, name, *args):
