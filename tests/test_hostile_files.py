@@ -190,7 +190,7 @@ def test_hostile_traces(tmp_path, capsys, content):
     check(capsys, lambda: load_trace_csv(path),
           cheap=[evaluate_args(tmp_path / "eval", "--scenarios", f"trace:{path}")],
           costly=[["train", "--scenarios", f"trace:{path}", "--timesteps", "64", "--out", str(tmp_path / "t")],
-                  [*RUN, "--interference", str(path)]])
+                  [*RUN, "--interference", f"trace:{path}"]])
 
 
 # --- YAML training configs ------------------------------------------------------------------------

@@ -132,7 +132,9 @@ def plan_launch(config: PipelineConfig, layers: list[nn.Module], example: torch.
     device_profile = None
     if rank == 0:
         measured = None
-        if not config.profile or config.device_time == "emulated":  # emulation compares with real compute here
+        # the default emulation scale compares the profile with real compute here; a given scale needs no measuring
+        needs_scale = config.device_time == "emulated" and config.device_time_scale is None
+        if not config.profile or needs_scale:
             measured = measure_profile(_RealLayers(layers, init_layer), example.to(device), target.to(device),  # type: ignore[arg-type]
                                        loss_fn, repeats=3, device=device)
             for module in layers:
@@ -140,10 +142,12 @@ def plan_launch(config: PipelineConfig, layers: list[nn.Module], example: torch.
         profile = load_profile(config.profile) if config.profile else measured
         assert profile is not None
         scale = 1.0
-        if config.device_time == "emulated":
-            assert measured is not None
-            scale = config.device_time_scale or default_scale(
-                float(profile.compute_ms().sum()), float(measured.compute_ms().sum()), processes, cores)
+        if config.device_time == "emulated" and config.device_time_scale is not None:
+            scale = config.device_time_scale
+        elif config.device_time == "emulated":
+            assert measured is not None  # needs_scale
+            scale = default_scale(float(profile.compute_ms().sum()), float(measured.compute_ms().sum()), processes,
+                                  cores)
         device_profile = profile.scaled(scale)
         boundaries = config.boundaries or optimal_partition(
             device_profile, world, microbatches=config.microbatches, schedule=config.schedule).partition.boundaries
