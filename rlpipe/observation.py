@@ -285,7 +285,7 @@ def _estimate_links(link_estimate, comm_ms, current, link_ms_after, microbatches
 
 
 @njit(cache=True)
-def _predict_ms(op_stage, op_backward, op_producer, op_link, prefix_fwd, prefix_bwd, link_ms_after,
+def _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd, link_ms_after,
                 boundaries, slowdown, num_layers, link_factor):  # pragma: no cover
     """The simulated iteration time of ``boundaries`` under ``slowdown`` and ``link_factor``, ms."""
     num_stages = boundaries.shape[0]
@@ -297,7 +297,8 @@ def _predict_ms(op_stage, op_backward, op_producer, op_link, prefix_fwd, prefix_
         bwd[s] = (prefix_bwd[end] - prefix_bwd[boundaries[s]]) * slowdown[s]
         if s + 1 < num_stages:
             links[s] = link_ms_after[end - 1] / link_factor[s]
-    return simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd, bwd, links, 0.0)[0]
+    ones = np.ones(op_microbatch.max() + 1)
+    return simulate_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, fwd, bwd, links, 0.0, ones)[0]
 
 
 @njit(cache=True)
@@ -375,7 +376,7 @@ def _encode(observation, replan, link_estimate, figures, loads, state, elevated,
             num_layers_held, iteration_ms, iterations, stall_s, current, microbatches, s_max, history, num_layers,
             ideal_stage_ms,
             ideal_iteration_ms, compute, prefix, roundtrip, roundtrip_by_stage, state_bytes, activation_bytes,
-            inflight, memory_cap, op_stage, op_backward, op_producer, op_link, prefix_fwd, prefix_bwd,
+            inflight, memory_cap, op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
             link_ms_after, overhead_s, bandwidth_gbps, one_layer_stall_s):  # pragma: no cover
     """Record one interval in the encoder's state and fill ``observation``, ``replan`` (the re-plan
     target; ``replan[0] = -1`` if none fits), ``link_estimate`` and ``figures`` (predicted iteration
@@ -410,12 +411,12 @@ def _encode(observation, replan, link_estimate, figures, loads, state, elevated,
         observation[base + BOUNDARY_FEATURES * b + 2] = 1.0 / link_estimate[b] - 1.0
 
     unit_s = ITERATIONS_UNIT * iteration_ms / 1e3  # the duration unit's length now, s
-    predicted_now = _predict_ms(op_stage, op_backward, op_producer, op_link, prefix_fwd, prefix_bwd, link_ms_after,
-                                current, slowdown, num_layers, link_estimate)
+    predicted_now = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
+                                link_ms_after, current, slowdown, num_layers, link_estimate)
     predicted_replan, replan_stall_s = predicted_now, 0.0
     if moved:
-        predicted_replan = _predict_ms(op_stage, op_backward, op_producer, op_link, prefix_fwd, prefix_bwd,
-                                       link_ms_after, replan, slowdown, num_layers, link_estimate)
+        predicted_replan = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd,
+                                       prefix_bwd, link_ms_after, replan, slowdown, num_layers, link_estimate)
         replan_stall_s = _stall_s(state_bytes, current, replan, num_layers, overhead_s, bandwidth_gbps)
     figures[0], figures[1], figures[2] = predicted_now, predicted_replan, replan_stall_s
     g = observation.shape[0] - GLOBAL_FEATURES

@@ -32,27 +32,30 @@ RECORD_FIELDS: dict[str, Any] = {
     "stages": list[dict], "stall_s": Number, "p2p_gbps": Number, "predicted_iteration_ms": Number,
     "predicted_compute_ms": list[Number], "run": dict, "emulation": dict, "injected_slowdown": list[Number],
     "trace_time_s": Number, "decision": dict, "fallbacks": dict, "repartition": dict, "repartitions": list[dict],
+    "replicas": list[dict], "microbatch_split": list[int], "sync_ms": list[Number], "rebalance": dict,
 }
 STAGE_FIELDS: dict[str, Any] = {
     "compute_ms": Number, "comm_ms": Number, "idle_ms": Number, "num_layers": int, "memory_bytes": Number,
     "device_load": Number, "resident_param_bytes": int, "rss_bytes": int, "gpu_utilization": Number,
-    "gpu_memory_bytes": int,
+    "gpu_memory_bytes": int, "compute_cv": Number, "sync_ms": Number,
 }
 HEADER_FIELDS: dict[str, Any] = {
     "stages": int, "schedule": str, "microbatches": int, "interval": int, "policy": str | None,
     "interference": str | None, "inject": str | None, "time_scale": Number, "device_time": str,
     "device_time_scale": Number, "oversubscribed": bool, "processes": int, "cores": int, "p2p_gbps": Number,
     "op_overhead_ms": Number, "forward_ms": list[Number], "backward_ms": list[Number],
-    "activation_bytes": list[Number],
+    "activation_bytes": list[Number], "param_bytes": list[Number], "data_parallel": int,
+    "microbatch_split": list[int],
 }
 PART_FIELDS: dict[str, dict[str, Any]] = {
     "emulation": {"chunks": int, "overran": int},
     "decision": {"action": str, "latency_ms": Number, "reason": str, "fallback": str},
     "repartition": {"iteration": int, "from": list[int], "to": list[int], "committed": bool, "bytes_moved": int,
                     "stall_s": Number},
+    "rebalance": {"iteration": int, "from": list[int], "to": list[int]},
 }
 PART_REQUIRED = {"emulation": ("chunks", "overran"), "decision": ("action", "latency_ms"),
-                 "repartition": ("from", "to", "bytes_moved", "stall_s")}
+                 "repartition": ("from", "to", "bytes_moved", "stall_s"), "rebalance": ("from", "to")}
 RECORD_REQUIRES = {"predicted_iteration_ms": ("iteration_ms", "predicted_compute_ms"),
                    "predicted_compute_ms": ("iteration_ms", "predicted_iteration_ms"), "repartition": ("p2p_gbps",)}
 
@@ -108,11 +111,27 @@ def check_record(record: dict[str, Any], where: str) -> None:
         lacking = [other for other in needed if other not in record]
         if key in record and lacking:
             raise InputError(f"{where}: {key} without {', '.join(lacking)}")
-    for key in ("predicted_compute_ms", "injected_slowdown"):
-        if key in record and len(record[key]) != len(boundaries):
-            raise InputError(f"{where}: {key}: {len(record[key])} entries for {len(boundaries)} stages")
+    _check_replicas(record, where)
     if record["iteration"] < 0:
         raise InputError(f"{where}: iteration: must be >= 0")
+
+
+def _check_replicas(record: dict[str, Any], where: str) -> None:
+    """Every replica's per-stage figures, and the fields sized by stages or devices."""
+    boundaries = record["boundaries"]
+    replicas = record.get("replicas", [{"stages": record["stages"]}])
+    for r, replica in enumerate(replicas):
+        _check_fields(replica, {"microbatches": int, "stages": list[dict]}, f"{where}: replicas[{r}]",
+                      required=("stages",))
+        if len(replica["stages"]) != len(boundaries):
+            raise InputError(f"{where}: replicas[{r}].stages: {len(replica['stages'])} entries for "
+                             f"{len(boundaries)} boundaries")
+        for i, stage in enumerate(replica["stages"]):
+            _check_fields(stage, STAGE_FIELDS, f"{where}: replicas[{r}].stages[{i}]", required=("compute_ms",))
+    for key, count in (("predicted_compute_ms", len(boundaries)), ("sync_ms", len(boundaries)),
+                       ("injected_slowdown", len(boundaries) * len(replicas)), ("microbatch_split", len(replicas))):
+        if key in record and record[key] and len(record[key]) != count:
+            raise InputError(f"{where}: {key}: {len(record[key])} entries, expected {count}")
 
 
 def _check_header(header: dict[str, Any], boundaries: list[int], where: str) -> None:

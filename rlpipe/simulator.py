@@ -4,7 +4,14 @@ The schedule is simulated operation by operation: every stage runs its forward (
 micro-batches in the schedule's order; F of micro-batch m on stage s waits for F of m on stage s-1,
 B of m on stage s waits for B of m on stage s+1, and each such hand-off crosses the link between
 the two stages (activation forward, gradient backward; one transfer at a time per link direction).
-Operation durations come from the profile, stretched by each device's slowdown factor.
+Operation durations come from the profile, stretched by each device's slowdown factor and, where
+given, by each micro-batch's own factor (sequence-length imbalance: one micro-batch's compute 1.3x
+another's, on every stage).
+
+A hybrid job runs D replicas of the pipeline (:meth:`PipelineCosts.simulate_hybrid`): each replica
+runs its own micro-batches under its devices' slowdowns, the iteration lasts as long as the slowest
+replica, and then every stage group (the D devices holding the same layers) averages its gradients
+with a ring all-reduce over the data-parallel links.
 
 Per stage it reports ``compute_ms`` (forward + backward work), ``comm_ms`` (waiting on a transfer
 that had already been produced) and ``idle_ms`` (the rest of the iteration: pipeline bubbles).
@@ -60,7 +67,7 @@ def stage_order(num_stages: int, microbatches: int, schedule: str, stage: int) -
 def operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple[np.ndarray, ...]:
     """All operations in an order that respects every dependency, as flat arrays for the kernel.
 
-    Returns (stage, is_backward, producer index or -1, link index) per operation.
+    Returns (stage, is_backward, producer index or -1, link index, micro-batch) per operation.
     """
     orders = [stage_order(num_stages, microbatches, schedule, s) for s in range(num_stages)]
     position = [0] * num_stages
@@ -69,6 +76,7 @@ def operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple[
     backward: list[bool] = []
     producer: list[int] = []
     link: list[int] = []
+    microbatch: list[int] = []
     remaining = sum(len(order) for order in orders)
     while remaining:
         progressed = False
@@ -86,13 +94,14 @@ def operation_graph(num_stages: int, microbatches: int, schedule: str) -> tuple[
                 backward.append(is_bwd)
                 producer.append(-1 if dep is None else index_of[dep])
                 link.append(-1 if dep is None else min(s, dep[0]))
+                microbatch.append(mb)
                 position[s] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:
             raise RuntimeError(f"schedule {schedule} deadlocks with {num_stages} stages, {microbatches} micro-batches")
     return (np.array(stage, dtype=np.int64), np.array(backward, dtype=np.bool_),
-            np.array(producer, dtype=np.int64), np.array(link, dtype=np.int64))
+            np.array(producer, dtype=np.int64), np.array(link, dtype=np.int64), np.array(microbatch, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,10 @@ NO_OVERHEADS = Overheads()
 
 
 @njit(cache=True)
-def simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms, link_ms, op_ms):  # pragma: no cover
+def simulate_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, fwd_ms, bwd_ms, link_ms, op_ms,
+                    microbatch_factor):  # pragma: no cover
+    """One iteration over the operation graph: (iteration ms, per-stage compute, comm wait, idle).
+    ``microbatch_factor[m]`` stretches micro-batch m's compute on every stage (ones: none)."""
     num_stages = fwd_ms.shape[0]
     num_links = max(num_stages - 1, 1)
     end = np.empty(op_stage.shape[0])
@@ -124,7 +136,7 @@ def simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms,
     for i in range(op_stage.shape[0]):
         s = op_stage[i]
         direction = 1 if op_backward[i] else 0
-        duration = bwd_ms[s] if op_backward[i] else fwd_ms[s]
+        duration = (bwd_ms[s] if op_backward[i] else fwd_ms[s]) * microbatch_factor[op_microbatch[i]]
         start = stage_free[s]
         producer = op_producer[i]
         if producer >= 0:
@@ -144,19 +156,45 @@ def simulate_kernel(op_stage, op_backward, op_producer, op_link, fwd_ms, bwd_ms,
 
 
 def simulate_schedule(fwd_ms: np.ndarray, bwd_ms: np.ndarray, link_ms: np.ndarray, schedule: str,
-                      microbatches: int, overheads: Overheads = NO_OVERHEADS) -> IterationTiming:
+                      microbatches: int, overheads: Overheads = NO_OVERHEADS,
+                      microbatch_factor: ArrayLike | None = None) -> IterationTiming:
     """Simulate one iteration from per-stage operation times (ms per micro-batch, slowdowns applied)
-    and per-link one-way transfer times (ms per micro-batch; ``len = stages - 1``), plus overheads."""
+    and per-link one-way transfer times (ms per micro-batch; ``len = stages - 1``), plus overheads;
+    ``microbatch_factor`` (one per micro-batch) stretches each micro-batch's compute."""
     if microbatches < 1:
         raise InputError(f"--microbatches: must be >= 1, got {microbatches}")
     graph = operation_graph(len(fwd_ms), microbatches, schedule)
     links = np.zeros(1) if len(link_ms) == 0 else np.asarray(link_ms, dtype=np.float64)
+    factor = np.ones(microbatches) if microbatch_factor is None else np.asarray(microbatch_factor, dtype=np.float64)
     iteration, compute, comm, idle = simulate_kernel(*graph, np.asarray(fwd_ms, dtype=np.float64),  # type: ignore[call-arg]
                                                       np.asarray(bwd_ms, dtype=np.float64), links,
-                                                      float(overheads.op_ms))
+                                                      float(overheads.op_ms), factor)
     if overheads.iteration_ms:
         iteration, idle = iteration + overheads.iteration_ms, idle + overheads.iteration_ms
     return IterationTiming(float(iteration), compute, comm, np.maximum(idle, 0.0))
+
+
+def allreduce_ms(num_bytes: np.ndarray | float, replicas: int, bandwidth_gbps: float) -> np.ndarray | float:
+    """A ring all-reduce of ``num_bytes`` among ``replicas`` devices: each sends and receives
+    2 (D - 1) / D of the bytes over its link, ms (0 for one replica)."""
+    if replicas < 2:
+        return np.zeros_like(np.asarray(num_bytes, dtype=np.float64))
+    return link_transfer_ms(np.asarray(num_bytes, dtype=np.float64) * 2 * (replicas - 1) / replicas, bandwidth_gbps)
+
+
+@dataclass(frozen=True)
+class HybridTiming:
+    """One iteration of a hybrid job: D replicas of the pipeline, then the gradient sync.
+
+    Attributes:
+        iteration_ms: the slowest replica's pipeline plus the slowest stage group's sync, ms.
+        replicas: each replica's pipeline iteration (its own micro-batches and slowdowns).
+        sync_ms: each stage group's gradient all-reduce, ms.
+    """
+
+    iteration_ms: float
+    replicas: tuple[IterationTiming, ...]
+    sync_ms: np.ndarray
 
 
 class PipelineCosts:
@@ -167,6 +205,7 @@ class PipelineCosts:
         self.num_layers = profile.num_layers
         self._prefix_fwd = np.concatenate([[0.0], np.cumsum([layer.fwd_ms for layer in profile.layers])])
         self._prefix_bwd = np.concatenate([[0.0], np.cumsum([layer.bwd_ms for layer in profile.layers])])
+        self._prefix_params = np.concatenate([[0.0], np.cumsum([layer.param_bytes for layer in profile.layers])])
         self.activation_bytes = profile.activation_bytes()
         self.state_bytes = profile.state_bytes()
         self._stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -184,9 +223,41 @@ class PipelineCosts:
         links = link_bandwidths(num_stages, bandwidth_gbps, link_factors)
         return np.asarray(link_transfer_ms(self.activation_bytes[last_layers], links), dtype=np.float64)
 
+    def stage_param_bytes(self, boundaries: Sequence[int]) -> np.ndarray:
+        """Parameter bytes of each stage (what its stage group's gradient sync moves)."""
+        return np.diff(self._prefix_params[stage_edges(boundaries, self.num_layers)])
+
+    def sync_ms(self, boundaries: Sequence[int], replicas: int, dp_bandwidth_gbps: float) -> np.ndarray:
+        """Each stage group's gradient all-reduce over data-parallel links of ``dp_bandwidth_gbps``, ms."""
+        return np.asarray(allreduce_ms(self.stage_param_bytes(boundaries), replicas, dp_bandwidth_gbps))
+
+    def simulate_hybrid(self, boundaries: Sequence[int], schedule: str, split: Sequence[int],
+                        slowdown: ArrayLike | None = None, bandwidth_gbps: float = math.inf,
+                        link_factors: ArrayLike | None = None, overheads: Overheads = NO_OVERHEADS,
+                        dp_bandwidth_gbps: float | None = None,
+                        microbatch_factor: ArrayLike | None = None) -> HybridTiming:
+        """One iteration of ``len(split)`` replicas: replica r runs ``split[r]`` micro-batches under the
+        slowdowns ``slowdown[r]`` (shape (D, S)) and link factors ``link_factors[r]`` (shape (D, S - 1)),
+        then each stage group all-reduces its gradients over links of ``dp_bandwidth_gbps`` (default:
+        ``bandwidth_gbps``). ``microbatch_factor`` (one per micro-batch of the job, replica 0's first)
+        stretches each micro-batch's compute."""
+        replicas, num_stages = len(split), len(boundaries)
+        slow = np.ones((replicas, num_stages)) if slowdown is None else np.asarray(slowdown, dtype=np.float64)
+        links = None if link_factors is None else np.asarray(link_factors, dtype=np.float64)
+        factors = None if microbatch_factor is None else np.asarray(microbatch_factor, dtype=np.float64)
+        offsets = np.concatenate([[0], np.cumsum(split)])
+        timings = tuple(self.simulate(boundaries, schedule, int(split[r]), slow[r], bandwidth_gbps,
+                                      None if links is None else links[r], overheads,
+                                      None if factors is None else factors[offsets[r]:offsets[r + 1]])
+                        for r in range(replicas))
+        sync = self.sync_ms(boundaries, replicas, bandwidth_gbps if dp_bandwidth_gbps is None else dp_bandwidth_gbps)
+        iteration = max(t.iteration_ms for t in timings) + (float(sync.max()) if len(sync) else 0.0)
+        return HybridTiming(iteration, timings, sync)
+
     def simulate(self, boundaries: Sequence[int], schedule: str, microbatches: int,
                  slowdown: ArrayLike | None = None, bandwidth_gbps: float = math.inf,
-                 link_factors: ArrayLike | None = None, overheads: Overheads = NO_OVERHEADS) -> IterationTiming:
+                 link_factors: ArrayLike | None = None, overheads: Overheads = NO_OVERHEADS,
+                 microbatch_factor: ArrayLike | None = None) -> IterationTiming:
         key = (tuple(boundaries), bandwidth_gbps)
         cached = self._stage_cache.get(key)
         if cached is None:  # per-partition costs are reused across the many conditions a partition meets
@@ -198,9 +269,9 @@ class PipelineCosts:
         if slowdown is not None:
             factor = np.asarray(slowdown, dtype=np.float64)
             fwd, bwd = fwd * factor, bwd * factor
-        if link_factors is not None:
+        if link_factors is not None and len(link_ms) == len(np.atleast_1d(link_factors)):
             link_ms = link_ms / np.asarray(link_factors, dtype=np.float64)
-        return simulate_schedule(fwd, bwd, link_ms, schedule, microbatches, overheads)
+        return simulate_schedule(fwd, bwd, link_ms, schedule, microbatches, overheads, microbatch_factor)
 
 
 def simulate(profile: LayerProfile, partition: Partition, schedule: str = "1f1b", microbatches: int = 8,

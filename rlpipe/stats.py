@@ -41,13 +41,22 @@ class IntervalStats:
     """A pipeline's report for one decision interval, each stage's figures as arrays (one entry per
     stage, the fields of :class:`StageStats`); ``stages`` gives them as StageStats records.
 
+    In a hybrid job (D replicas of the pipeline) a stage's figures are those of its stage group's most
+    loaded member (the job waits for its slowest replica); ``replica_load`` keeps every device's load.
+
     Attributes:
         iteration: the training iteration at the interval's end.
         iterations: iterations run in the interval.
         wall_s: wall time of the interval, s, repartition stall included.
-        stall_s: time training stood still for a repartition in this interval, s.
+        stall_s: time training stood still for a repartition (or a rebalance) in this interval, s.
         boundaries: the partition the interval ran with.
         compute_ms, comm_ms, idle_ms, num_layers, memory_bytes, device_load: per stage, as in StageStats.
+        compute_cv: per stage, the dispersion (standard deviation over mean) of its compute per
+            micro-batch from one iteration to the next within the interval: what noise shorter than an
+            interval looks like (``None``: not measured).
+        replica_load: (D, S) the measured load of every device (``None``: one pipeline, ``device_load``).
+        split: micro-batches each replica ran (``None``: one pipeline).
+        sync_ms: per stage group, the gradient sync per iteration, ms (``None``: none).
     """
 
     iteration: int
@@ -61,17 +70,33 @@ class IntervalStats:
     num_layers: np.ndarray
     memory_bytes: np.ndarray
     device_load: np.ndarray
+    compute_cv: np.ndarray | None = None
+    replica_load: np.ndarray | None = None
+    split: tuple[int, ...] | None = None
+    sync_ms: np.ndarray | None = None
 
     @classmethod
     def from_stages(cls, iteration: int, iterations: int, wall_s: float, stall_s: float,
-                    boundaries: Sequence[int], stages: Sequence[StageStats]) -> IntervalStats:
-        """Build from one StageStats record per stage."""
-        columns = {name: np.array([getattr(s, name) for s in stages], dtype=np.float64) for name in STAGE_FIELDS}
-        return cls(iteration, iterations, wall_s, stall_s, tuple(boundaries), **columns)
+                    boundaries: Sequence[int], stages: Sequence[StageStats], **hybrid: Any) -> IntervalStats:
+        """Build from one StageStats record per stage (``hybrid``: the optional fields)."""
+        compute, comm, idle, layers, memory, load = (np.array([getattr(s, name) for s in stages], dtype=np.float64)
+                                                     for name in STAGE_FIELDS)
+        return cls(iteration, iterations, wall_s, stall_s, tuple(boundaries), compute, comm, idle, layers, memory, load,
+                   **hybrid)
 
     @property
     def num_stages(self) -> int:
         return len(self.boundaries)
+
+    @property
+    def replicas(self) -> int:
+        """D: the data-parallel replicas that ran the interval."""
+        return 1 if self.split is None else len(self.split)
+
+    @property
+    def loads(self) -> np.ndarray:
+        """(D, S) every device's measured load."""
+        return self.device_load[None, :] if self.replica_load is None else self.replica_load
 
     @property
     def stages(self) -> tuple[StageStats, ...]:

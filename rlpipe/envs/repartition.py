@@ -273,7 +273,8 @@ class RepartitionEnv(gym.Env):
             slowdown = trace.slowdown[row]
             iteration, compute, comm, idle = simulate_kernel(  # type: ignore[call-arg]
                 *self._graph, stage_fwd * slowdown, stage_bwd * slowdown, link_ms / trace.link_factor[row]
-                if len(link_ms) == len(trace.link_factor[row]) else link_ms, float(overheads.op_ms))
+                if len(link_ms) == len(trace.link_factor[row]) else link_ms, float(overheads.op_ms),
+                np.ones(self.situation.microbatches))
             if overheads.iteration_ms:
                 iteration, idle = iteration + overheads.iteration_ms, idle + overheads.iteration_ms
             timing = self._timing_cache[key] = IterationTiming(float(iteration), compute, comm, np.maximum(idle, 0.0))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from rlpipe.errors import InputError
 from rlpipe.partition import SCHEDULES, Partition
+from rlpipe.split import check_split
 
 
 @dataclass
@@ -15,8 +16,10 @@ class PipelineConfig:
 
     Attributes:
         schedule: a name from :data:`rlpipe.partition.SCHEDULES`.
-        microbatches: micro-batches per iteration.
+        microbatches: micro-batches per replica per iteration (M: the job's batch holds D x M).
         interval: iterations per statistics interval (and per controller decision).
+        data_parallel: D, the replicas of the pipeline (world size = D x stages).
+        microbatch_split: micro-batches of each replica at the start (``None``: M each).
         boundaries: first layer of each stage (``None``: the optimal partition of the profile).
         profile: profile JSON or shipped name (``None``: measured at start-up on rank 0).
         policy: controller policy: static, greedy, dynpipe, threshold, ppo or ppo:PATH (``None``: no
@@ -41,6 +44,8 @@ class PipelineConfig:
     schedule: str = "1f1b"
     microbatches: int = 4
     interval: int = 10
+    data_parallel: int = 1
+    microbatch_split: tuple[int, ...] | None = None
     boundaries: tuple[int, ...] | None = None
     profile: str | None = None
     policy: str | None = None
@@ -67,10 +72,11 @@ class RunConfig:
     Attributes:
         model: built-in model name or ``pkg.module:factory``.
         layers: layer count of a built-in model (``None``: its default).
-        stages: pipeline stages, one process each.
+        stages: pipeline stages (S), one process each per replica.
+        data_parallel: replicas of the pipeline (D): D x S stage processes.
         schedule: ``"1f1b"`` or ``"gpipe"``.
-        microbatches: micro-batches per iteration.
-        batch: samples per iteration (a multiple of ``microbatches``).
+        microbatches: micro-batches per replica per iteration (M).
+        batch: samples per iteration, the whole job's (a multiple of D x ``microbatches``).
         iterations: training iterations to run.
         boundaries: first layer of each stage (``None``: the optimal partition of the profile).
         profile: profile JSON (``None``: measured at start-up).
@@ -79,6 +85,7 @@ class RunConfig:
         interval: iterations per statistics interval (and per controller decision).
         log: JSONL file for one record per interval (``None``: no log).
         repartition_at: scripted repartitions, ``{iteration: boundaries}``, applied before that iteration.
+        rebalance_at: scripted micro-batch splits, ``{iteration: split}``, in force from that iteration.
         save_params: write the final parameters of every layer to this file (``None``: don't).
         policy: controller policy: static, greedy, dynpipe, threshold, ppo or ppo:PATH (``None``: no
             controller).
@@ -99,6 +106,7 @@ class RunConfig:
     model: str = "mlp"
     layers: int | None = None
     stages: int = 2
+    data_parallel: int = 1
     schedule: str = "1f1b"
     microbatches: int = 4
     batch: int = 32
@@ -110,6 +118,7 @@ class RunConfig:
     interval: int = 10
     log: str | None = None
     repartition_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    rebalance_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
     save_params: str | None = None
     policy: str | None = None
     fallback: str = "dynpipe"
@@ -128,6 +137,11 @@ class RunConfig:
     fail_transfer_at: int | None = None  # for the atomicity test only: corrupt the transfer before this iteration
     file_limit_bytes: int | None = None  # for the full-disk test only: the largest file a stage process may write
 
+    @property
+    def processes(self) -> int:
+        """Stage processes of the job: D x S."""
+        return self.data_parallel * self.stages
+
     def pipeline_config(self, first_iteration: int = 0, trace_start_s: float = 0.0) -> PipelineConfig:
         """The pipeline's part of the run (a resumed run starts at ``first_iteration``, its scenario
         clock at ``trace_start_s``)."""
@@ -141,13 +155,13 @@ class RunConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             flag = "--log-file" if f.name == "log" else "--" + f.name.replace("_", "-")
-            if value is None or value is False or (f.name == "repartition_at" and not value):
+            if value is None or value is False or (f.name in ("repartition_at", "rebalance_at") and not value):
                 continue
             if value is True:
                 argv.append(flag)
             elif f.name == "boundaries":
                 argv += [flag, ",".join(map(str, value))]
-            elif f.name == "repartition_at":
+            elif f.name in ("repartition_at", "rebalance_at"):
                 argv += [flag] + [f"{it}:{','.join(map(str, b))}" for it, b in sorted(value.items())]
             else:
                 argv += [flag, str(value)]
@@ -168,6 +182,17 @@ def _repartition(text: str) -> tuple[int, tuple[int, ...]]:
     return int(iteration), _boundaries(rest)
 
 
+def _rebalance(text: str) -> tuple[int, tuple[int, ...]]:
+    iteration, sep, rest = text.partition(":")
+    try:
+        if not sep or not iteration.isdigit():
+            raise ValueError
+        return int(iteration), tuple(int(part) for part in rest.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected ITER:SPLIT like 10:3,5 (micro-batches per "
+                                         f"replica)") from None
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rlpipe run``; ``python -m rlpipe.runtime`` takes the same. Defaults come from
     :class:`RunConfig`."""
@@ -181,12 +206,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help=f"built-in model ({', '.join(BUILTIN_MODELS)}), "
                         "pkg.module:factory or path/to/file.py:factory (see README, 'Your own model')")
     parser.add_argument("--layers", type=int, help="layer count of a built-in model (default 8)")
-    parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each")
+    parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each per replica")
+    parser.add_argument("--data-parallel", type=int, default=d.data_parallel, metavar="D",
+                        help="replicas of the pipeline (data parallelism): D x stages processes; replica r's "
+                        f"stage s is rank (and trace device) r x stages + s (default {d.data_parallel})")
     parser.add_argument("--schedule", choices=SCHEDULES, default=d.schedule,
                         help=f"pipeline schedule (default {d.schedule})")
     parser.add_argument("--microbatches", type=int, default=d.microbatches,
-                        help=f"micro-batches per iteration (default {d.microbatches})")
-    parser.add_argument("--batch", type=int, default=d.batch, help=f"samples per iteration (default {d.batch})")
+                        help=f"micro-batches per replica per iteration (default {d.microbatches})")
+    parser.add_argument("--batch", type=int, default=d.batch, help="samples per iteration, the whole job's: "
+                        f"data-parallel x microbatches micro-batches (default {d.batch})")
     parser.add_argument("--iterations", type=int, default=d.iterations,
                         help=f"training iterations (default {d.iterations})")
     parser.add_argument("--boundaries", type=_boundaries, help="first layer of each stage, e.g. 0,4,9,13 "
@@ -203,6 +232,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repartition-at", nargs="+", action="extend", type=_repartition, default=[],
                         metavar="ITER:BOUNDARIES", help="scripted live repartitions, applied before iteration ITER, "
                         "e.g. 10:0,3,8 (several after one flag, or the flag repeated)")
+    parser.add_argument("--rebalance-at", nargs="+", action="extend", type=_rebalance, default=[],
+                        metavar="ITER:SPLIT", help="scripted micro-batch splits between replicas, in force from "
+                        "iteration ITER, e.g. 10:3,5 (replica 0 runs 3 micro-batches, replica 1 runs 5; they total "
+                        "data-parallel x microbatches)")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
     parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
                         "greedy, dynpipe, threshold, ppo (the shipped default) or ppo:PATH (a folder written by rlpipe "
@@ -247,11 +280,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     values = {f.name: getattr(args, f.name) for f in fields(RunConfig) if hasattr(args, f.name)}
     values["repartition_at"] = dict(args.repartition_at or [])
+    values["rebalance_at"] = dict(args.rebalance_at or [])
     config = RunConfig(**values)
-    if config.stages < 1 or config.microbatches < 1 or config.iterations < 1 or config.interval < 1:
-        raise InputError("--stages, --microbatches, --iterations and --interval must be >= 1")
-    if config.batch % config.microbatches:
-        raise InputError(f"--batch {config.batch}: must be divisible by --microbatches {config.microbatches}")
+    if min(config.stages, config.data_parallel, config.microbatches, config.iterations, config.interval) < 1:
+        raise InputError("--stages, --data-parallel, --microbatches, --iterations and --interval must be >= 1")
+    total = config.data_parallel * config.microbatches
+    if config.batch % total:
+        raise InputError(f"--batch {config.batch}: must be divisible by the job's {total} micro-batches "
+                         f"(--data-parallel {config.data_parallel} x --microbatches {config.microbatches})")
+    for iteration, split in config.rebalance_at.items():
+        check_split(split, config.data_parallel, config.microbatches, config.schedule, config.stages,
+                    f"--rebalance-at {iteration}:")
     if config.checkpoint_every is not None and (config.checkpoint_every < 1 or not config.checkpoint_dir):
         raise InputError("--checkpoint-every: needs a value >= 1 and --checkpoint-dir")
     if config.time_scale <= 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from rlpipe.agents import make_policy
@@ -17,6 +18,14 @@ from rlpipe.simulator import MigrationCost
 from rlpipe.stats import IntervalStats
 
 log = logging.getLogger("rlpipe.controller")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the job runs next: the partition (first layer of each stage) and each replica's micro-batches."""
+
+    boundaries: tuple[int, ...]
+    split: tuple[int, ...]
 
 
 class Controller:
@@ -47,8 +56,13 @@ class Controller:
         """Decisions the policy handed to its fallback, by reason."""
         return dict(self.policy.fallbacks)
 
-    def decide(self, stats: IntervalStats) -> tuple[int, ...]:
-        """The partition for the next interval; what to log about the decision is ``last_decision``."""
+    def decide(self, stats: IntervalStats) -> Decision:
+        """The partition and the micro-batch split for the next interval; what to log about the decision
+        is ``last_decision``."""
+        split = stats.split or (self.encoder.planner.microbatches,)
+        return Decision(self._partition(stats), tuple(split))
+
+    def _partition(self, stats: IntervalStats) -> tuple[int, ...]:
         start = time.perf_counter()
         boundaries = tuple(stats.boundaries)
         try:

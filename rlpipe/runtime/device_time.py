@@ -85,8 +85,8 @@ class DeviceClock:
         """The emulated device time of one forward and one backward chunk of the stage's layers, ms."""
         self.forward_ms, self.backward_ms = forward_ms, backward_ms
 
-    def timed(self, chunk: Callable[..., Any], backward: bool, *args: Any, **kwargs: Any) -> Any:
-        """Run one compute chunk and account its device time."""
+    def timed(self, chunk: Callable[..., Any], backward: bool, microbatch: int, *args: Any, **kwargs: Any) -> Any:
+        """Run one compute chunk (of micro-batch ``microbatch`` of the job's batch) and account its device time."""
         self.synchronise()
         start = time.perf_counter()
         try:

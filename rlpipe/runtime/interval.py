@@ -3,13 +3,14 @@ contract and one log record."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from rlpipe.runtime.mesh import ParallelDims
 from rlpipe.runtime.stage import Repartition
 from rlpipe.stats import IntervalStats, StageStats
 
@@ -21,11 +22,13 @@ class IntervalMeter:
     Attributes:
         iterations: iterations trained.
         busy_s: wall seconds spent in those iterations (repartitions not included).
-        samples: samples trained (counted where the inputs are: the first stage).
-        losses: the mean micro-batch loss of each iteration (known on the last stage only).
+        samples: samples the job trained (the whole batch, every replica's share).
+        losses: the job's mean loss of each iteration (every rank knows it).
         repartitions: the repartitions carried out in the interval.
-        conditions: per iteration, the partition and the injected slowdown of every device it ran under,
-            and whether it was a warm-up step (a new stage's first, which infers shapes).
+        rebalances: the new micro-batch splits asked for in the interval (iteration, from, to).
+        conditions: per iteration, the partition, the injected slowdown of every device and the
+            micro-batch split it ran under, and whether it was a warm-up step (a new stage's first, which
+            infers shapes).
         warmup_s: wall seconds of the warm-up steps among them.
     """
 
@@ -34,7 +37,8 @@ class IntervalMeter:
     samples: int = 0
     losses: list[float] = field(default_factory=list)
     repartitions: list[Repartition] = field(default_factory=list)
-    conditions: list[tuple[tuple[int, ...], np.ndarray, bool]] = field(default_factory=list)
+    rebalances: list[dict[str, Any]] = field(default_factory=list)
+    conditions: list[tuple[tuple[int, ...], np.ndarray, tuple[int, ...], bool]] = field(default_factory=list)
     warmup_s: float = 0.0
 
     def steady_iteration_ms(self) -> float:
@@ -51,8 +55,11 @@ class StageReport:
     """One rank's figures for one interval: the record all ranks exchange (one float64 tensor).
 
     Attributes:
-        compute_s_per_iteration: seconds of forward + backward compute per timed iteration.
+        compute_ms: forward + backward compute per micro-batch over the timed iterations, ms.
+        compute_cv: the dispersion (std over mean) of that compute from one timed iteration to the next.
         busy_s: wall seconds the interval's iterations took on this rank.
+        sync_ms: gradient sync per iteration, ms.
+        microbatches: micro-batches this rank's replica ran in the interval's last iteration.
         num_layers: layers the stage holds.
         memory_bytes: parameters and optimizer state held on the rank, bytes.
         resident_param_bytes: parameters that hold storage on the rank, bytes.
@@ -63,72 +70,113 @@ class StageReport:
         overran: those whose real compute overran their emulated time.
         gpu_utilization: the GPU's utilisation from NVML, % (-1: no GPU or no NVML).
         gpu_memory_bytes: the GPU's memory in use from NVML, bytes (-1 likewise).
-        losses: per-iteration losses (the last stage's are the run's), padded to the interval.
     """
 
-    compute_s_per_iteration: float
+    compute_ms: float
+    compute_cv: float
     busy_s: float
+    sync_ms: float
+    microbatches: float
     num_layers: float
     memory_bytes: float
     resident_param_bytes: float
     rss_bytes: float
     profiled_compute_ms: float
-    chunks: int
-    overran: int
+    chunks: float
+    overran: float
     gpu_utilization: float
     gpu_memory_bytes: float
-    losses: tuple[float, ...]
+
+    @property
+    def device_load(self) -> float:
+        return self.compute_ms / max(self.profiled_compute_ms, 1e-9)
 
     def pack(self) -> torch.Tensor:
-        return torch.tensor([self.compute_s_per_iteration, self.busy_s, self.num_layers, self.memory_bytes,
-                             self.resident_param_bytes, self.rss_bytes, self.profiled_compute_ms, self.chunks,
-                             self.overran, self.gpu_utilization, self.gpu_memory_bytes, *self.losses],
-                            dtype=torch.float64)
+        return torch.tensor(astuple(self), dtype=torch.float64)
 
     @classmethod
     def unpack(cls, row: torch.Tensor) -> StageReport:
-        (compute_s, busy_s, num_layers, memory_bytes, resident, rss, profiled_ms, chunks, overran, gpu_utilization,
-         gpu_memory, *losses) = row.tolist()
-        return cls(compute_s, busy_s, num_layers, memory_bytes, resident, rss, profiled_ms, int(chunks), int(overran),
-                   gpu_utilization, gpu_memory, tuple(losses))
+        return cls(*row.tolist())
 
 
 def exchange_reports(own: StageReport, world: int, device: torch.device) -> list[StageReport]:
-    """Every rank's report, in rank order (collective: all ranks call it with reports of one length)."""
+    """Every rank's report, in rank order (collective)."""
     packed = own.pack().to(device)
     everyone = [torch.zeros_like(packed) for _ in range(world)]
     dist.all_gather(everyone, packed)
     return [StageReport.unpack(row.cpu()) for row in everyone]
 
 
+def compute_dispersion(per_iteration_ms: list[float]) -> float:
+    """Standard deviation over mean of the per-iteration figures (0 with fewer than two)."""
+    if len(per_iteration_ms) < 2:
+        return 0.0
+    values = np.asarray(per_iteration_ms)
+    return float(values.std(ddof=1) / max(values.mean(), 1e-12))
+
+
+def _stage_stats(report: StageReport, iteration_ms: float) -> StageStats:
+    return StageStats(compute_ms=report.compute_ms, comm_ms=0.0,
+                      idle_ms=max(iteration_ms - report.compute_ms * report.microbatches - report.sync_ms, 0.0),
+                      num_layers=int(report.num_layers), memory_bytes=report.memory_bytes,
+                      device_load=report.device_load)
+
+
 def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iteration: int,
-                        boundaries: tuple[int, ...], microbatches: int) -> IntervalStats:
-    """The StageStats contract from every rank's report (rank 0's meter for time and repartitions)."""
+                        boundaries: tuple[int, ...], dims: ParallelDims) -> IntervalStats:
+    """The StageStats contract from every rank's report (rank 0's meter for time and repartitions).
+    A stage's figures are its stage group's most loaded member's; every device's load is kept."""
     stall_s = sum(r.stall_s for r in meter.repartitions)
     iteration_ms = reports[0].busy_s / meter.iterations * 1e3
-    stages = []
-    for report in reports:
-        compute_ms = report.compute_s_per_iteration / microbatches * 1e3
-        stages.append(StageStats(compute_ms=compute_ms, comm_ms=0.0,
-                                 idle_ms=max(iteration_ms - compute_ms * microbatches, 0.0),
-                                 num_layers=int(report.num_layers), memory_bytes=report.memory_bytes,
-                                 device_load=compute_ms / max(report.profiled_compute_ms, 1e-9)))
-    return IntervalStats.from_stages(iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, boundaries,
-                         tuple(stages))
+    grid = [[reports[dims.rank_of(r, s)] for s in range(dims.stages)] for r in range(dims.replicas)]
+    slowest = [max((grid[r][s] for r in range(dims.replicas)), key=lambda report: report.device_load)
+               for s in range(dims.stages)]
+    loads = np.array([[report.device_load for report in row] for row in grid])
+    sync_ms = np.array([max(grid[r][s].sync_ms for r in range(dims.replicas)) for s in range(dims.stages)])
+    return IntervalStats.from_stages(
+        iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, boundaries,
+        tuple(_stage_stats(report, iteration_ms) for report in slowest),
+        compute_cv=np.array([report.compute_cv for report in slowest]), replica_load=loads,
+        split=tuple(int(row[0].microbatches) for row in grid), sync_ms=sync_ms)
 
 
-def log_record(stats: IntervalStats, losses: list[float], elapsed_s: float, meter: IntervalMeter) -> dict[str, Any]:
+def log_record(stats: IntervalStats, reports: list[StageReport], dims: ParallelDims, losses: list[float],
+               elapsed_s: float, meter: IntervalMeter) -> dict[str, Any]:
     """The interval's JSONL record (the controller's decision, injection and prediction are added by
     the caller). ``iteration_ms`` leaves out warm-up steps (their time is ``warmup_s``); throughput
-    counts everything, stalls and warm-ups included."""
+    counts everything, stalls and warm-ups included. ``stages`` are the stage groups' most loaded
+    members (the whole pipeline when D = 1); ``replicas[r].stages[s]`` every device's own figures."""
     repartitions = meter.repartitions
+    iteration_ms = reports[0].busy_s / meter.iterations * 1e3
+    replicas = []
+    for replica in range(dims.replicas):
+        row = [reports[dims.rank_of(replica, s)] for s in range(dims.stages)]
+        stages = []
+        for report in row:
+            figures = _stage_stats(report, iteration_ms).to_dict()
+            figures.update(compute_cv=report.compute_cv, sync_ms=report.sync_ms,
+                           resident_param_bytes=int(report.resident_param_bytes), rss_bytes=int(report.rss_bytes))
+            if report.gpu_utilization >= 0:  # on a GPU: NVML's figures
+                figures["gpu_utilization"] = report.gpu_utilization
+                figures["gpu_memory_bytes"] = int(report.gpu_memory_bytes)
+            stages.append(figures)
+        replicas.append({"microbatches": int(row[0].microbatches), "stages": stages})
     record = {"iteration": stats.iteration, "wall_s": elapsed_s, "interval_s": stats.wall_s,
               "iteration_ms": meter.steady_iteration_ms(), "warmup_s": meter.warmup_s,
               "boundaries": list(stats.boundaries), "throughput_samples_s": meter.samples / stats.wall_s,
-              "loss": float(np.mean(losses)), "losses": losses, "stages": [s.to_dict() for s in stats.stages],
+              "loss": float(np.mean(losses)), "losses": losses,
+              "stages": [_group_figures(s, replicas) for s in range(dims.stages)],
+              "replicas": replicas, "microbatch_split": [r["microbatches"] for r in replicas],
+              "sync_ms": [float(x) for x in (stats.sync_ms if stats.sync_ms is not None else [])],
               "stall_s": stats.stall_s}
     if repartitions:
         record["repartition"] = repartitions[-1].to_dict()
         if len(repartitions) > 1:
             record["repartitions"] = [r.to_dict() for r in repartitions]
     return record
+
+
+def _group_figures(stage: int, replicas: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stage ``stage``'s figures in the record: its most loaded member's, as the controller saw them."""
+    slowest = max(replicas, key=lambda r: r["stages"][stage]["device_load"])
+    return dict(slowest["stages"][stage])

@@ -19,6 +19,7 @@ from rlpipe.errors import InputError
 from rlpipe.models import BUILTIN_MODELS, load_model
 from rlpipe.profile import load_profile
 from rlpipe.runtime.config import RunConfig, check_against_model
+from rlpipe.runtime.mesh import ParallelDims
 from rlpipe.runtime.processes import FAILURE_DIR_ENV, die_with_parent, first_failure, stage_command
 
 
@@ -50,7 +51,7 @@ def validate(config: RunConfig) -> None:
     if config.interference:
         from rlpipe.interference import load_scenario
 
-        load_scenario(config.interference, config.stages, 3600.0, config.seed)
+        load_scenario(config.interference, config.processes, 3600.0, config.seed)
     if config.profile:
         profile = load_profile(config.profile)
         if profile.num_layers != num_layers:
@@ -62,10 +63,10 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
     validate(config)
     with tempfile.TemporaryDirectory(prefix="rlpipe-failures-") as failure_dir:
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-               "WORLD_SIZE": str(config.stages), "OMP_NUM_THREADS": "1", FAILURE_DIR_ENV: failure_dir}
+               "WORLD_SIZE": str(config.processes), "OMP_NUM_THREADS": "1", FAILURE_DIR_ENV: failure_dir}
         command = stage_command(config.to_argv())
         processes = [subprocess.Popen(command, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                      preexec_fn=die_with_parent) for rank in range(config.stages)]
+                                      preexec_fn=die_with_parent) for rank in range(config.processes)]
         try:
             while True:
                 codes = [p.poll() for p in processes]
@@ -79,7 +80,8 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
                     if rank < 0:  # no stage said why: name the first one found dead
                         rank = next(r for r, code in enumerate(codes) if code not in (None, 0))
                         why = f"exit code {codes[rank]}"
-                    print(f"rlpipe run: error: stage process rank {rank} failed first ({why}); "
+                    where = ParallelDims(config.data_parallel, config.stages).describe(rank)
+                    print(f"rlpipe run: error: stage process {where} failed first ({why}); "
                           f"the run was stopped", file=sys.stderr)
                     return 1
                 if all(code == 0 for code in codes):

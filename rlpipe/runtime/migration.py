@@ -114,45 +114,50 @@ def _wait(works: list) -> None:
         work.wait()
 
 
-def exchange(plan: dict[tuple[int, int], list[int]], rank: int, modules: list[nn.Module],
+def exchange(plan: dict[tuple[int, int], list[int]], stage: int, pipeline_ranks: list[int], modules: list[nn.Module],
              optimizer: torch.optim.Optimizer, device: torch.device,
              corrupt: bool = False) -> tuple[list[Received], bool, int]:
-    """Send what this rank loses and receive what it gains; returns (receipts, ok, bytes sent).
+    """Send what this stage loses and receive what it gains; returns (receipts, ok, bytes sent).
 
-    First the headers (their lengths, then their bytes), then every tensor of this rank's transfers,
-    posted at once (single isend/irecv calls, not a coalesced batch, which can hang on gloo) and then
-    awaited, so independent pairs move in parallel; a checksum closes each transfer (``corrupt``
-    spoils it: the atomicity test's fault).
+    ``plan`` names stages; ``pipeline_ranks`` maps them to the global ranks of this rank's replica, so
+    every replica of a hybrid job moves its own layers, all at the same time. First the headers (their
+    lengths, then their bytes), then every tensor of this stage's transfers, posted at once (single
+    isend/irecv calls, not a coalesced batch, which can hang on gloo) and then awaited, so independent
+    pairs move in parallel; a checksum closes each transfer (``corrupt`` spoils it: the atomicity
+    test's fault).
     """
     world = dist.get_world_size()
-    sends = {pair: layers for pair, layers in plan.items() if pair[0] == rank}
-    receives = {pair: layers for pair, layers in plan.items() if pair[1] == rank}
+    rank_of = pipeline_ranks
+    sends = {pair: layers for pair, layers in plan.items() if pair[0] == stage}
+    receives = {pair: layers for pair, layers in plan.items() if pair[1] == stage}
     headers = {pair: torch.tensor(bytearray(json.dumps(describe_state([modules[i] for i in layers], optimizer)),
                                             "utf-8"), dtype=torch.uint8, device=device)
                for pair, layers in sends.items()}
     lengths = {pair: torch.zeros(1, dtype=torch.int64, device=device) for pair in receives}
-    _wait([dist.isend(torch.tensor([len(h)], dtype=torch.int64, device=device), dst, tag=src * world + dst)
+    def tag(src: int, dst: int) -> int:  # one per pair of global ranks
+        return rank_of[src] * world + rank_of[dst]
+
+    _wait([dist.isend(torch.tensor([len(h)], dtype=torch.int64, device=device), rank_of[dst], tag=tag(src, dst))
            for (src, dst), h in headers.items()]
-          + [dist.irecv(lengths[(src, dst)], src, tag=src * world + dst) for src, dst in receives])
+          + [dist.irecv(lengths[(src, dst)], rank_of[src], tag=tag(src, dst)) for src, dst in receives])
     texts = {pair: torch.empty(int(lengths[pair].item()), dtype=torch.uint8, device=device) for pair in receives}
-    _wait([dist.isend(h, dst, tag=src * world + dst) for (src, dst), h in headers.items()]
-          + [dist.irecv(texts[(src, dst)], src, tag=src * world + dst) for src, dst in receives])
+    _wait([dist.isend(h, rank_of[dst], tag=tag(src, dst)) for (src, dst), h in headers.items()]
+          + [dist.irecv(texts[(src, dst)], rank_of[src], tag=tag(src, dst)) for src, dst in receives])
 
     works, receipts, checks, bytes_sent = [], [], [], 0
     for (src, dst), layers in plan.items():
-        tag = src * world + dst
-        if rank == src:
+        if stage == src:
             owned = [modules[i] for i in layers]
             tensors = outgoing(owned, optimizer, device)
             tensors.append(_checksum(tensors, device))
-            works += [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
+            works += [dist.isend(t.contiguous(), rank_of[dst], tag=tag(src, dst)) for t in tensors]
             bytes_sent += sum(t.numel() * t.element_size() for t in tensors) + len(headers[(src, dst)])
-        elif rank == dst:
+        elif stage == dst:
             description = json.loads(bytes(texts[(src, dst)].cpu().tolist()).decode("utf-8"))
             receipt = Received([modules[i] for i in layers], description)
             targets = receipt.allocate(device)
             checksum = torch.empty(1, dtype=torch.float64, device=device)
-            works += [dist.irecv(t, src, tag=tag) for t in targets + [checksum]]
+            works += [dist.irecv(t, rank_of[src], tag=tag(src, dst)) for t in targets + [checksum]]
             receipts.append(receipt)
             checks.append((targets, checksum))
     _wait(works)

@@ -19,6 +19,8 @@ import rlpipe.runtime.layers as layers
 import rlpipe.runtime.migration as migration
 from rlpipe.partition import stage_edges
 from rlpipe.runtime.device_time import DeviceClock
+from rlpipe.runtime.mesh import GradientSync, Mesh
+from rlpipe.runtime.split import BatchPlan
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
@@ -41,15 +43,20 @@ def build_optimizer(factory: OptimizerFactory, params: list[nn.Parameter]) -> to
 
 class TimedStage(PipelineStage):
     """A PipelineStage whose forward and backward chunks run under a :class:`DeviceClock`, which
-    accounts their device time (real, or emulated from the profile) and applies injected interference."""
+    accounts their device time (real, or emulated from the profile) and applies injected interference;
+    ``first_microbatch`` is the index in the job's batch of this replica's first micro-batch (what a
+    per-micro-batch slowdown is keyed by)."""
 
     clock: DeviceClock
+    first_microbatch: int = 0
 
-    def forward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
-        return self.clock.timed(super().forward_one_chunk, False, *args, **kwargs)
+    def forward_one_chunk(self, fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        return self.clock.timed(super().forward_one_chunk, False, self.first_microbatch + fwd_chunk_id,
+                                fwd_chunk_id, *args, **kwargs)
 
-    def backward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
-        return self.clock.timed(super().backward_one_chunk, True, *args, **kwargs)
+    def backward_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        return self.clock.timed(super().backward_one_chunk, True, self.first_microbatch + bwd_chunk_id,
+                                bwd_chunk_id, *args, **kwargs)
 
 
 @dataclass
@@ -77,15 +84,14 @@ class Repartition:
 
 
 class StageWorker:
-    """Stage ``rank`` of the pipeline: its layers, optimizer, PipelineStage and schedule.
+    """One rank's stage of its replica's pipeline: its layers, optimizer, PipelineStage and schedule.
 
     Args:
         modules: every layer of the model, in order; the rank trains those its stage owns.
         loss_fn: ``loss_fn(output, target)``, a scalar averaged over the micro-batch.
-        boundaries: the first layer of each stage.
-        rank, world: this rank and the number of stages.
+        boundaries: the first layer of each stage (the same partition in every replica).
+        mesh: where the rank sits (replica, stage) and its process groups.
         schedule: a name from :data:`rlpipe.partition.SCHEDULES`.
-        microbatches: micro-batches per iteration.
         optimizer: builds the stage's optimizer from its parameters (any ``torch.optim`` optimizer:
             its per-parameter state moves with the layers).
         clock: times the stage's compute (real or emulated device time, injected interference).
@@ -95,40 +101,45 @@ class StageWorker:
         drop_moved_optimizer_state: forget moved layers' optimizer state (the correctness control test only).
 
     The layers the stage owns must hold their values on ``device``; the others are freed (kept as
-    structure on the meta device) and materialised only when a repartition brings them here.
+    structure on the meta device) and materialised only when a repartition brings them here. The
+    PipelineStage and schedule are built for a batch plan (micro-batches of this replica, rows per
+    micro-batch) and rebuilt when a batch needs another.
     """
 
-    def __init__(self, modules: list[nn.Module], loss_fn: Callable, boundaries: tuple[int, ...], rank: int,
-                 world: int, schedule: str, microbatches: int, optimizer: OptimizerFactory, clock: DeviceClock,
-                 device: torch.device, emulated_ms: tuple[np.ndarray, np.ndarray] | None = None,
-                 drop_moved_optimizer_state: bool = False):
+    def __init__(self, modules: list[nn.Module], loss_fn: Callable, boundaries: tuple[int, ...], mesh: Mesh,
+                 schedule: str, optimizer: OptimizerFactory, clock: DeviceClock, device: torch.device,
+                 emulated_ms: tuple[np.ndarray, np.ndarray] | None = None, drop_moved_optimizer_state: bool = False):
         self.modules = modules
         self.loss_fn = loss_fn
-        self.rank, self.world = rank, world
+        self.mesh = mesh
+        self.num_stages = mesh.dims.stages
         self.schedule_class = get_schedule_class(schedule)
-        self.microbatches = microbatches
         self.optimizer_factory = optimizer
         self.clock = clock
         self.device = device
         self.emulated_ms = emulated_ms
         self.drop_moved_optimizer_state = drop_moved_optimizer_state
+        self.sync = GradientSync(mesh.dp_group, mesh.dims.replicas)
         self.boundaries = tuple(boundaries)
         owned = self.owned_layers()
         for index, layer in enumerate(modules):
             if index in owned:
                 if not layers.is_materialised(layer):
-                    raise ValueError(f"layer {index} is on the meta device but stage {rank} owns it: build it "
-                                     f"for real (or give an init_layer) before the stage starts")
+                    raise ValueError(f"layer {index} is on the meta device but stage {mesh.stage} owns it: build "
+                                     f"it for real (or give an init_layer) before the stage starts")
                 layer.to(device)
             else:
                 layers.free(layer)
         self.optimizer = build_optimizer(optimizer, self.owned_params())
-        self.timed_iterations, self.warmup_compute_s = 0, 0.0
-        self._build()
+        self.timed_microbatches, self.warmup_compute_s, self.sync_s = 0, 0.0, 0.0
+        self.iteration_compute_ms: list[float] = []  # compute per micro-batch of each timed iteration
+        self.built_for: tuple[int, int] | None = None  # (this replica's micro-batches, rows per micro-batch)
+        self.stage: TimedStage | None = None
+        self.warm = False
 
     def owned_layers(self) -> range:
         edges = stage_edges(self.boundaries, len(self.modules))
-        return range(int(edges[self.rank]), int(edges[self.rank + 1]))
+        return range(int(edges[self.mesh.stage]), int(edges[self.mesh.stage + 1]))
 
     def owned_params(self) -> list[nn.Parameter]:
         return [p for i in self.owned_layers() for p in self.modules[i].parameters()]
@@ -143,27 +154,40 @@ class StageWorker:
         """Bytes of the parameters that hold storage on this rank (only its stage's, once freed)."""
         return layers.resident_param_bytes(self.modules)
 
-    def _build(self) -> None:
-        """A new stage and schedule for the current layers (swapping an old stage's module breaks
-        when the tensors between stages change shape)."""
+    def _build(self, plan: BatchPlan) -> None:
+        """A new stage and schedule for the current layers and ``plan`` (swapping an old stage's module
+        breaks when the tensors between stages change shape, and a stage's buffers fit one micro-batch
+        shape and count)."""
+        mesh = self.mesh
         submodule = nn.Sequential(*[self.modules[i] for i in self.owned_layers()])
-        self.stage = TimedStage(submodule, self.rank, self.world, self.device)
+        self.stage = TimedStage(submodule, mesh.stage, self.num_stages, self.device, group=mesh.pp_group)
         self.stage.clock = self.clock
+        self.stage.first_microbatch = sum(plan.split[:mesh.replica])
         if self.emulated_ms is not None:
             owned = self.owned_layers()
             self.clock.set_stage(float(self.emulated_ms[0][owned.start:owned.stop].sum()),
                                  float(self.emulated_ms[1][owned.start:owned.stop].sum()))
         self.warm = False  # the first step of a new stage infers shapes: its time is not compute
-        self.schedule = self.schedule_class(self.stage, self.microbatches, loss_fn=self.loss_fn)
+        # the schedule leaves the sum of the micro-batches' gradients; the sync weights them (mesh.GradientSync)
+        self.schedule = self.schedule_class(self.stage, plan.split[mesh.replica], loss_fn=self.loss_fn,
+                                            scale_grads=False)
+        self.built_for = (plan.split[mesh.replica], plan.microbatch_rows)
 
-    def take_compute_s(self) -> tuple[float, int]:
-        """(compute seconds, timed iterations) since the last call, and start counting afresh.
-        An interval that only held a warm-up step reports that step rather than nothing."""
-        compute_s, timed = self.clock.compute_s, self.timed_iterations
+    def take_compute(self) -> tuple[float, int, list[float]]:
+        """(compute seconds, timed micro-batches, compute ms per micro-batch of each timed iteration) since
+        the last call, and start counting afresh. An interval that only held a warm-up step reports that
+        step rather than nothing."""
+        compute_s, timed, per_iteration = self.clock.compute_s, self.timed_microbatches, self.iteration_compute_ms
         if timed == 0:
-            compute_s, timed = self.warmup_compute_s, 1
-        self.clock.compute_s, self.timed_iterations = 0.0, 0
-        return compute_s, timed
+            compute_s, timed, per_iteration = self.warmup_compute_s, max(self.built_for[0] if self.built_for else 1,
+                                                                          1), []
+        self.clock.compute_s, self.timed_microbatches, self.iteration_compute_ms = 0.0, 0, []
+        return compute_s, timed, per_iteration
+
+    def take_sync_s(self) -> float:
+        """Seconds of gradient sync since the last call."""
+        sync_s, self.sync_s = self.sync_s, 0.0
+        return sync_s
 
     def take_overruns(self) -> tuple[int, int]:
         """(timed chunks, chunks that overran their emulated time) since the last call."""
@@ -171,23 +195,30 @@ class StageWorker:
         self.clock.chunks = self.clock.overran = 0
         return counts
 
-    def train_step(self, inputs: torch.Tensor | None, target: torch.Tensor | None) -> list[float]:
-        """One iteration on a batch (``inputs`` on the first stage, ``target`` on the last; ``None``
-        elsewhere); returns the micro-batch losses (on the last stage, else [])."""
+    def train_step(self, inputs: torch.Tensor | None, target: torch.Tensor | None, plan: BatchPlan) -> list[float]:
+        """One iteration on this replica's share of a batch (``inputs`` on its first stage, ``target`` on its
+        last; ``None`` elsewhere); returns the micro-batch losses (on the last stage, else [])."""
+        if self.built_for != (plan.split[self.mesh.replica], plan.microbatch_rows):
+            self._build(plan)
+        assert self.stage is not None
         self.optimizer.zero_grad(set_to_none=True)
         before = (self.clock.compute_s, self.clock.chunks, self.clock.overran)
         losses: list[torch.Tensor] = []
-        if self.world == 1:
+        first, last = self.mesh.stage == 0, self.mesh.stage == self.num_stages - 1
+        if first and last:
             self.schedule.step(inputs, target=target, losses=losses)
-        elif self.rank == 0:
+        elif first:
             self.schedule.step(inputs)
-        elif self.rank == self.world - 1:
+        elif last:
             self.schedule.step(target=target, losses=losses)
         else:
             self.schedule.step()
+        self.sync_s += self.sync(self.owned_params(), plan.gradient_scale)
         self.optimizer.step()
+        microbatches = plan.split[self.mesh.replica]
         if self.warm:
-            self.timed_iterations += 1
+            self.timed_microbatches += microbatches
+            self.iteration_compute_ms.append((self.clock.compute_s - before[0]) / microbatches * 1e3)
         else:  # keep the warm-up step (shape inference) out of the statistics, unless nothing else is timed
             self.warmup_compute_s = self.clock.compute_s - before[0]
             self.clock.compute_s, self.clock.chunks, self.clock.overran = before
@@ -195,12 +226,13 @@ class StageWorker:
         return [float(loss.detach()) for loss in losses]
 
     def repartition(self, new: tuple[int, ...], iteration: int, corrupt: bool = False) -> Repartition:
-        """Move layers to their new owners; all ranks commit together or keep the old partition."""
+        """Move layers to their new owners, in every replica at once; all ranks of the job commit together
+        or all keep the old partition."""
         start = time.perf_counter()
         old = self.boundaries
         plan = migration.transfer_plan(old, new, len(self.modules))
-        received, ok, bytes_sent = migration.exchange(plan, self.rank, self.modules, self.optimizer, self.device,
-                                                      corrupt)
+        received, ok, bytes_sent = migration.exchange(plan, self.mesh.stage, self.mesh.pipeline_ranks, self.modules,
+                                                      self.optimizer, self.device, corrupt)
         committed = migration.all_agree(ok, self.device)
         if committed:
             moved_state = {p: state for receipt in received for p, state in receipt.optimizer_states().items()}
@@ -215,7 +247,7 @@ class StageWorker:
                     self.optimizer.state[p] = kept[p]
                 elif p in moved_state and not self.drop_moved_optimizer_state:
                     self.optimizer.state[p] = moved_state[p]
-            self._build()
+            self.built_for = None  # the next step builds the stage anew
         else:  # the copies that arrived are nobody's: free them again
             for receipt in received:
                 for layer in receipt.layers:
@@ -226,11 +258,15 @@ class StageWorker:
         return Repartition(iteration, old, tuple(new), committed, int(totals.item()), time.perf_counter() - start)
 
     def gather_parameters(self) -> dict[str, torch.Tensor]:
-        """Every layer's current parameters on rank 0 (other ranks return {})."""
+        """Every layer's current parameters on rank 0, from replica 0's stages (every replica holds the
+        same values); other ranks return {}."""
+        if self.mesh.replica != 0:
+            return {}
         edges = stage_edges(self.boundaries, len(self.modules)).tolist()
-        plan = {(src, 0): list(range(edges[src], edges[src + 1])) for src in range(1, self.world)}
-        migration.exchange(plan, self.rank, self.modules, self.optimizer, self.device)  # into rank 0's copies
-        if self.rank != 0:
+        plan = {(src, 0): list(range(edges[src], edges[src + 1])) for src in range(1, self.num_stages)}
+        migration.exchange(plan, self.mesh.stage, self.mesh.pipeline_ranks, self.modules, self.optimizer,
+                           self.device)  # into rank 0's copies
+        if self.mesh.rank != 0:
             return {}
         return {f"{i}.{name}": p.detach().clone() for i, module in enumerate(self.modules)
                 for name, p in module.named_parameters()}

@@ -1,9 +1,10 @@
 """One stage process of ``rlpipe run``: a model, its data (or synthetic data) and a loop around
 AdaptivePipeline.
 
-Run by ``rlpipe run`` (one process per stage) or by ``torchrun -m rlpipe.runtime`` (its rendezvous);
-rank r holds stage r. The loop is what a user's own script does with the library API, plus what the
-command adds: scripted repartitions, checkpoints, resume and the final parameters.
+Run by ``rlpipe run`` (one process per stage of every replica) or by ``torchrun -m rlpipe.runtime`` (its
+rendezvous); rank r x S + s holds replica r's stage s. The loop is what a user's own script does with the
+library API, plus what the command adds: scripted repartitions and rebalances, checkpoints, resume and
+the final parameters.
 """
 
 from __future__ import annotations
@@ -33,28 +34,33 @@ def synthetic_batch(example: torch.Tensor, batch: int, seed: int, iteration: int
     return torch.randint(0, int(example.max()) + 1, shape, generator=generator, dtype=example.dtype)
 
 
-def batch_for(spec: ModelSpec, config: RunConfig, iteration: int, rank: int,
-              world: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The iteration's batch: the model's own data, else synthetic data made where it is read (the
-    first stage reads the inputs, the last the targets)."""
+def batch_for(spec: ModelSpec, config: RunConfig, iteration: int,
+              stage: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The iteration's batch (the job's whole batch: each replica trains its share): the model's own
+    data, else synthetic data made where it is read (first stages read the inputs, last stages the
+    targets)."""
     if spec.batches is not None:
         return spec.batches(iteration, config.batch)
-    inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration) if rank == 0 else None
+    inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration) if stage == 0 else None
     targets = (synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration)
-               if rank == world - 1 else None)
+               if stage == config.stages - 1 else None)
     return inputs, targets
 
 
-def resume_point(config: RunConfig, world: int) -> tuple[Path | None, PipelineConfig]:
+def resume_point(config: RunConfig) -> tuple[Path | None, PipelineConfig]:
     """The checkpoint to resume (``None``: start fresh) and the pipeline's config: a resumed run goes on
     at the checkpoint's iteration and scenario time, on its partition if the stage count is the same
-    (else on the launch partition for this count: the layers reshard)."""
+    (else on the launch partition for this count: the layers reshard), on its micro-batch split if the
+    replica count is the same (else the even split)."""
     resumed, meta = checkpoint.latest(config.resume) if config.resume else (None, {})
     if resumed is not None:
         checkpoint.check_compatible(meta, config, str(config.resume))
     pipeline_config = config.pipeline_config(meta.get("iteration", 0), meta.get("trace_time_s", 0.0))
-    if resumed is not None and len(meta["boundaries"]) == world:
+    if resumed is not None and len(meta["boundaries"]) == config.stages:
         pipeline_config.boundaries = tuple(meta["boundaries"])
+    split = meta.get("microbatch_split")
+    if resumed is not None and isinstance(split, list) and len(split) == config.data_parallel:
+        pipeline_config.microbatch_split = tuple(split)
     return resumed, pipeline_config
 
 
@@ -73,12 +79,13 @@ def run_worker(config: RunConfig) -> None:
     pipe = None
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        if world != config.stages:
-            raise RuntimeError(f"{world} processes were started for {config.stages} stages")
+        if world != config.processes:
+            raise RuntimeError(f"{world} processes were started for {config.data_parallel} replica(s) of "
+                               f"{config.stages} stages")
         spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed,
                           meta=True)  # a built-in's layers as structure: each rank gives its own ones values
         check_against_model(config, len(spec.layers))  # under torchrun no launcher checked it
-        resumed, pipeline_config = resume_point(config, world)
+        resumed, pipeline_config = resume_point(config)
         pipe = AdaptivePipeline(spec.layers, spec.loss_fn, config=pipeline_config,
                                 optimizer=lambda params: torch.optim.Adam(params, lr=config.lr))
         pipe.set_up(spec.example_microbatch, spec.target)
@@ -88,7 +95,9 @@ def run_worker(config: RunConfig) -> None:
         for iteration in range(pipeline_config.first_iteration, config.iterations):
             if iteration in config.repartition_at:
                 pipe.repartition(tuple(config.repartition_at[iteration]), corrupt=config.fail_transfer_at == iteration)
-            pipe.train_step(*batch_for(spec, config, iteration, rank, world))
+            if iteration in config.rebalance_at:
+                pipe.rebalance(config.rebalance_at[iteration])
+            pipe.train_step(*batch_for(spec, config, iteration, pipe.mesh.stage))
             if config.checkpoint_every and (iteration + 1) % config.checkpoint_every == 0:
                 assert config.checkpoint_dir is not None  # the config checks --checkpoint-every has it
                 pipe.save_checkpoint(config.checkpoint_dir, identity, keep=config.keep_checkpoints)

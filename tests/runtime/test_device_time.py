@@ -21,13 +21,13 @@ def test_an_emulated_chunk_lasts_its_device_time_times_the_injected_slowdown():
     clock = DeviceClock("emulated")
     clock.set_stage(forward_ms=20.0, backward_ms=40.0)
     start = time.perf_counter()
-    clock.timed(lambda: None, False)
+    clock.timed(lambda: None, False, 0)
     assert 0.020 <= time.perf_counter() - start < 0.030
     slowed = DeviceClock("emulated", Injector(InterferenceTrace(np.array([0.0]), np.array([[2.0]]), np.ones((1, 0)),
                                                                   60.0), device=0, time_scale=1.0))
     slowed.set_stage(forward_ms=20.0, backward_ms=40.0)
     start = time.perf_counter()
-    slowed.timed(lambda: None, True)
+    slowed.timed(lambda: None, True, 0)
     assert 0.080 <= time.perf_counter() - start < 0.095  # 40 ms x 2
     assert slowed.chunks == 1 and slowed.overran == 0 and slowed.compute_s >= 0.080
 
@@ -36,13 +36,13 @@ def test_a_chunk_slower_than_its_device_time_is_counted_and_not_stretched():
     clock = DeviceClock("emulated")
     clock.set_stage(forward_ms=5.0, backward_ms=5.0)
     start = time.perf_counter()
-    clock.timed(time.sleep, False, 0.03)
+    clock.timed(time.sleep, False, 0, 0.03)
     assert time.perf_counter() - start < 0.04 and clock.overran == 1
 
 
 def test_real_device_time_is_what_the_chunk_takes():
     clock = DeviceClock("real")
-    clock.timed(time.sleep, False, 0.01)
+    clock.timed(time.sleep, False, 0, 0.01)
     assert 0.01 <= clock.compute_s < 0.02 and clock.chunks == 0
 
 

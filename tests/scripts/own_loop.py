@@ -1,8 +1,12 @@
 """A user's own training script (the library API), run by tests under torchrun: it trains with its own
-DataLoader and optimizer, optionally moves layers live at given steps, and writes every step's loss
-and the resident parameter bytes rank 0 logged. Its twin below trains the same model in one process.
+DataLoader and optimizer, optionally moves layers live or changes the micro-batch split at given steps,
+and writes every step's loss, the resident parameter bytes rank 0 logged and the public partition and
+split. Its twin below trains the same model in one process.
 
-    torchrun --nproc-per-node S own_loop.py OUT.json OPTIMIZER SCHEDULE [STEP:BOUNDARIES ...]
+    torchrun --nproc-per-node D*S own_loop.py OUT.json OPTIMIZER SCHEDULE [dp=D] [short]
+             [STEP:BOUNDARIES ...] [STEP:split=M0,M1 ...]
+
+``short`` adds a last batch of 41 samples, which does not divide into the micro-batches.
 """
 
 import json
@@ -12,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-BATCHES, BATCH, MICROBATCHES = 12, 16, 4
+BATCHES, BATCH, MICROBATCHES, SHORT = 12, 16, 4, 41
 
 
 def model() -> list[nn.Module]:
@@ -21,53 +25,72 @@ def model() -> list[nn.Module]:
             nn.Linear(32, 4)]
 
 
-def loader() -> DataLoader:
+def loader(short: bool = False) -> list:
+    """12 batches of 16 samples; with ``short``, then a last batch of 41 samples, which does not divide
+    into the micro-batches (a DataLoader over 41 samples in batches of 64)."""
     generator = torch.Generator().manual_seed(1)
-    data = TensorDataset(torch.randn(BATCHES * BATCH, 16, generator=generator),
-                         torch.randint(0, 4, (BATCHES * BATCH,), generator=generator))
-    return DataLoader(data, batch_size=BATCH)
+    rows = BATCHES * BATCH
+    data = TensorDataset(torch.randn(rows, 16, generator=generator), torch.randint(0, 4, (rows,), generator=generator))
+    batches = list(DataLoader(data, batch_size=BATCH))
+    if short:  # a DataLoader over 41 samples in batches of 64: its one batch is short
+        extra = TensorDataset(torch.randn(SHORT, 16, generator=generator),
+                              torch.randint(0, 4, (SHORT,), generator=generator))
+        batches += list(DataLoader(extra, batch_size=64))
+    return batches
 
 
 OPTIMIZERS = {"adamw": lambda params: torch.optim.AdamW(params, lr=3e-3, weight_decay=0.01),
               "sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)}
 
 
-def single_process(optimizer: str) -> list[float]:
-    """The reference: one process, the batch's loss averaged over its micro-batches."""
+def single_process(optimizer: str, short: bool = False) -> list[float]:
+    """The reference: one process, the batch's mean loss over its samples."""
     layers = nn.Sequential(*model())
     opt = OPTIMIZERS[optimizer](list(layers.parameters()))
     losses = []
-    for inputs, targets in loader():
+    for inputs, targets in loader(short):
         opt.zero_grad()
-        parts = [nn.functional.cross_entropy(layers(x), y) for x, y in
-                 zip(inputs.chunk(MICROBATCHES), targets.chunk(MICROBATCHES), strict=True)]
-        loss = torch.stack(parts).mean()
+        loss = nn.functional.cross_entropy(layers(inputs), targets)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
 def main() -> None:
     from rlpipe.runtime import AdaptivePipeline
 
-    out, optimizer, schedule, *moves = sys.argv[1:]
-    repartitions = {int(step): tuple(int(b) for b in bounds.split(",")) for step, bounds in
-                    (move.split(":") for move in moves)}
+    out, optimizer, schedule, *options = sys.argv[1:]
+    data_parallel = next((int(o[3:]) for o in options if o.startswith("dp=")), 1)
+    short = "short" in options
+    repartitions, rebalances = {}, {}
+    for option in options:
+        step, sep, what = option.partition(":")
+        if not sep:
+            continue
+        if what.startswith("split="):
+            rebalances[int(step)] = [int(m) for m in what[6:].split(",")]
+        else:
+            repartitions[int(step)] = tuple(int(b) for b in what.split(","))
     log = out + ".log.jsonl"
     pipe = AdaptivePipeline(model(), nn.functional.cross_entropy, optimizer=OPTIMIZERS[optimizer],
-                            microbatches=MICROBATCHES, schedule=schedule, interval=3, log=log)
-    losses = []
-    for step, (inputs, targets) in enumerate(loader()):
+                            microbatches=MICROBATCHES, schedule=schedule, interval=3, log=log,
+                            data_parallel=data_parallel)
+    losses, seen = [], []
+    for step, (inputs, targets) in enumerate(loader(short)):
         if step in repartitions:
             pipe.repartition(repartitions[step])
+        if step in rebalances:
+            pipe.rebalance(rebalances[step])
         losses.append(pipe.train_step(inputs, targets))
+        seen.append({"boundaries": list(pipe.boundaries), "split": list(pipe.microbatch_split)})
     pipe.finish()
     if pipe.rank == 0:
         records = [json.loads(line) for line in open(log)]
-        resident = [[s["resident_param_bytes"] for s in r["stages"]] for r in records]
-        json.dump({"losses": losses, "resident": resident, "boundaries": [r["boundaries"] for r in records]},
-                  open(out, "w"))
+        resident = [[s["resident_param_bytes"] for replica in r["replicas"] for s in replica["stages"]]
+                    for r in records]
+        json.dump({"losses": losses, "resident": resident, "boundaries": [r["boundaries"] for r in records],
+                   "splits": [r["microbatch_split"] for r in records], "seen": seen}, open(out, "w"))
     pipe.close()
 
 
