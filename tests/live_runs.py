@@ -4,6 +4,7 @@ the comparison of two runs' training."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -22,6 +23,19 @@ def start_run(*args) -> subprocess.Popen:
     """``rlpipe run ARGS`` in the background (to stop or kill its stages)."""
     return subprocess.Popen([sys.executable, "-m", "rlpipe.cli", "run", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def run_watching_stages(*args, timeout=60) -> tuple[subprocess.CompletedProcess, set[int]]:
+    """``rlpipe run ARGS`` to its end, and the pids of every stage process it was seen to start (its own
+    children, not another run's)."""
+    launcher = start_run(*args)
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while launcher.poll() is None and time.monotonic() < deadline:
+        seen |= set(children_with_rank(launcher.pid).values())
+        time.sleep(0.01)
+    stdout, stderr = launcher.communicate(timeout=max(deadline - time.monotonic(), 1))
+    return subprocess.CompletedProcess(launcher.args, launcher.returncode, stdout, stderr), seen
 
 
 def read_log(log: Path) -> list[dict]:
@@ -51,7 +65,7 @@ def assert_same_training(a, b, tolerance=1e-5):
 
 
 def children_with_rank(parent_pid: int) -> dict[int, int]:
-    """{rank: pid} of the stage processes a launcher started."""
+    """{rank: pid} of the stage processes a launcher started (they are named ``rlpipe rank N``)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -59,11 +73,23 @@ def children_with_rank(parent_pid: int) -> dict[int, int]:
         try:
             status = (entry / "status").read_text()
             ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
-            environ = (entry / "environ").read_bytes().split(b"\0")
+            name = (entry / "comm").read_text().strip()
         except (OSError, StopIteration):
             continue
-        if ppid == parent_pid:
-            for item in environ:
-                if item.startswith(b"RANK="):
-                    found[int(item[5:])] = int(entry.name)
+        if ppid == parent_pid and name.startswith("rlpipe rank "):
+            found[int(name.split()[-1])] = int(entry.name)
     return found
+
+
+def alive(pids) -> list[int]:
+    """The processes among ``pids`` that still run (a zombie does not)."""
+    running = []
+    for pid in pids:
+        try:
+            state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if "zombie" not in state:
+            running.append(pid)
+    return running

@@ -1,13 +1,16 @@
-"""``rlpipe run``: check the request, start one stage process per stage on this machine, watch them.
+"""``rlpipe run``: check the request, start one stage process per stage of every replica on this
+machine, watch them.
 
-Each process gets torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so the
-worker is the same code torchrun starts. If any process dies, the others are stopped within
-seconds and the error names the rank; child processes never outlive the launcher.
+Each process is forked from the launcher with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), so the worker is the same code torchrun starts. If any process dies, the others are
+stopped within seconds and the error names the rank (and its replica and stage); child processes never
+outlive the launcher. Ctrl-C stops every stage (each exits with 130) and leaves the last checkpoint.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +23,7 @@ from rlpipe.models import BUILTIN_MODELS, load_model
 from rlpipe.profile import load_profile
 from rlpipe.runtime.config import RunConfig, check_against_model
 from rlpipe.runtime.mesh import ParallelDims
-from rlpipe.runtime.processes import FAILURE_DIR_ENV, die_with_parent, first_failure, stage_command
+from rlpipe.runtime.processes import FAILURE_DIR_ENV, StageProcess, first_failure
 
 
 def free_port() -> int:
@@ -64,9 +67,13 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
     with tempfile.TemporaryDirectory(prefix="rlpipe-failures-") as failure_dir:
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                "WORLD_SIZE": str(config.processes), "OMP_NUM_THREADS": "1", FAILURE_DIR_ENV: failure_dir}
-        command = stage_command(config.to_argv())
-        processes = [subprocess.Popen(command, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                      preexec_fn=die_with_parent) for rank in range(config.processes)]
+        import torch
+
+        from rlpipe.runtime.__main__ import stage_main
+
+        torch.set_num_threads(1)  # no thread pool in the launcher: forking it is safe, and stages run one each
+        processes = [StageProcess(rank, {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                  lambda: stage_main(config)) for rank in range(config.processes)]
         try:
             while True:
                 codes = [p.poll() for p in processes]
@@ -87,18 +94,27 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
                 if all(code == 0 for code in codes):
                     return 0
                 time.sleep(poll_s)
+        except KeyboardInterrupt:  # Ctrl-C: every stage stops (a terminal sends it SIGINT too)
+            for process in processes:
+                process.send_signal(signal.SIGINT)
+            _settle(processes, max(grace_s, 10.0))
+            codes = [p.poll() for p in processes]
+            _stop(processes, grace_s)
+            shown = ", ".join("running (killed)" if code is None else str(code) for code in codes)
+            print(f"rlpipe run: interrupted; stage processes exited with {shown}", file=sys.stderr)
+            raise
         finally:
             _stop(processes, grace_s)
 
 
-def _settle(processes: list[subprocess.Popen], wait_s: float) -> None:
+def _settle(processes: list[StageProcess], wait_s: float) -> None:
     """Wait up to ``wait_s`` for the stage processes still running to exit by themselves."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(p.poll() is None for p in processes):
         time.sleep(0.05)
 
 
-def _stop(processes: list[subprocess.Popen], grace_s: float) -> None:
+def _stop(processes: list[StageProcess], grace_s: float) -> None:
     for process in processes:
         if process.poll() is None:
             process.terminate()

@@ -1,6 +1,6 @@
-"""Stage processes on one machine: started so that nothing outlives the launcher and the working
-directory cannot shadow the installed package, and failures reported so the launcher can name the
-rank that failed first (the others fail after it, when their peer disappears)."""
+"""Stage processes on one machine: forked from the launcher (which has imported torch and rlpipe
+already, so a stage starts in milliseconds) so that nothing outlives it, and failures reported so the
+launcher can name the rank that failed first (the others fail after it, when their peer disappears)."""
 
 from __future__ import annotations
 
@@ -9,30 +9,86 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
 FAILURE_DIR_ENV = "RLPIPE_FAILURE_DIR"
 
-# ``python -m`` would put the working directory first on sys.path, where a folder named ``rlpipe``
-# (a clone, say) would shadow the installed package; this drops that entry before importing rlpipe.
-STAGE_BOOTSTRAP = "import sys; del sys.path[0]; from rlpipe.runtime.__main__ import main; sys.exit(main())"
 
-
-def stage_command(argv: list[str]) -> list[str]:
-    """The command line of one stage process."""
-    return [sys.executable, "-c", STAGE_BOOTSTRAP, *argv]
+def _prctl(option: int, value: int | bytes) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
+    except OSError:  # not Linux: the parent's own clean-up still applies
+        pass
 
 
 def die_with_parent() -> None:
     """``preexec_fn`` for Popen (Linux): the child gets SIGKILL when its parent dies, however it dies."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the parent's own clean-up still applies
-        pass
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def stage_name(rank: int) -> str:
+    """A stage process's name as ``ps`` and ``/proc/PID/comm`` show it."""
+    return f"rlpipe rank {rank}"
+
+
+class StageProcess:
+    """One stage process, forked from the launcher: ``target()`` runs in it with ``env`` added to its
+    environment, and its return value is the exit status (an exception: 1, its traceback on stderr).
+    The same ``poll`` / ``wait`` / ``terminate`` / ``kill`` / ``returncode`` as a Popen, negative for a
+    signal."""
+
+    def __init__(self, rank: int, env: dict[str, str], target: Callable[[], int]):
+        self.rank = rank
+        self.returncode: int | None = None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the stage process: never returns into the launcher's code
+            code = 1
+            try:
+                die_with_parent()
+                _prctl(PR_SET_NAME, stage_name(rank).encode())
+                os.environ.update(env)
+                code = target()
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(stage_name(self.rank), timeout or 0.0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def report_failure(rank: int, error: BaseException) -> None:

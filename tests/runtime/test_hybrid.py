@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from live_runs import assert_same_training, losses, rlpipe_run, run_command
+from live_runs import assert_same_training, losses, rlpipe_run
 
 from rlpipe.errors import InputError
 from rlpipe.runtime.mesh import GradientSync, ParallelDims
@@ -52,7 +52,7 @@ def test_a_batch_plan_shares_every_row_once_in_equal_microbatches():
     short = plan_batch(41, (4, 4), minimum=2)  # 41 rows: no equal micro-batches of 5; of 1, 41 of them
     assert short.microbatch_rows * short.total == 41 and min(short.split) >= 2
     assert abs(short.split[0] - short.split[1]) <= 1  # in proportion to the even split
-    assert plan_batch(42, (3, 5), minimum=2).split == (3, 4)  # 7 micro-batches of 6 rows, shared 3:5
+    assert plan_batch(42, (3, 5), minimum=2).split == (5, 9)  # 14 micro-batches of 3 rows, shared 3:5
     with pytest.raises(InputError, match="drop_last=True"):
         plan_batch(3, (4, 4), minimum=2)
 
@@ -153,9 +153,12 @@ def test_a_hybrid_checkpoint_resumes_on_another_layout(tmp_path, whole_hybrid_ru
     assert len(losses(first[0] + second[0])) == 8
 
 
-def test_a_bad_split_or_layout_is_refused_before_any_process_starts():
-    for args, message in ((["--rebalance-at", "3:2,7"], "totals 9"), (["--batch", "12"], "divisible by the job's 8"),
-                          (["--data-parallel", "0"], "must be >= 1")):
-        result = run_command(*HYBRID, "--iterations", "4", *args, timeout=60)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+def test_a_bad_split_or_layout_is_refused_before_any_process_starts(capsys):
+    from rlpipe.cli import main
+
+    for args, message in ((["--rebalance-at", "3:2,7"], "--rebalance-at 3:2,7: totals 9"),
+                          (["--rebalance-at", "3:1,7"], "at least 2 micro-batch(es) (1F1B needs one per stage"),
+                          (["--batch", "12"], "divisible by the job's 8"), (["--data-parallel", "0"], "must be >= 1")):
+        assert main(["run", *HYBRID, "--iterations", "4", *args]) == 2
+        stderr = capsys.readouterr().err
+        assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr

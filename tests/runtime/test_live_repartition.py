@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from live_runs import ENV, assert_same_training, read_log, rlpipe_run, run_command
+from live_runs import ENV, assert_same_training, losses, read_log, rlpipe_run, run_watching_stages
 
 # 8 layers; every few iterations the boundaries move, both ways, and the tensors between stages
 # change shape (the transformer's embedding and head, the cnn's down-sampling layers).
@@ -38,8 +38,9 @@ def test_dropping_moved_optimizer_state_breaks_the_comparison(tmp_path):
     baseline = rlpipe_run(tmp_path, "baseline", *common)
     lossy = rlpipe_run(tmp_path, "lossy", *common, "--repartition-at", "3:0,1", "6:0,5",
                        "--drop-moved-optimizer-state")
-    with pytest.raises(AssertionError):
-        assert_same_training(baseline, lossy)
+    before, after = losses(baseline[0]), losses(lossy[0])
+    assert len(before) == len(after) == 12 and before[:3] == after[:3]  # the same run until the first move
+    assert max(abs(a - b) for a, b in zip(before, after)) > 1e-4  # then the lost Adam state shows in the losses
 
 
 @pytest.mark.slow
@@ -72,11 +73,10 @@ def test_user_model_trains_through_the_factory_contract(tmp_path):
     (["--model", "mlp", "--stages", "4", "--microbatches", "2", "--batch", "8"], "1F1B needs"),
 ])
 def test_bad_input_is_refused_before_any_process_starts(args, message):
-    result = run_command(*args, timeout=60)
+    result, stages = run_watching_stages(*args)
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    leftovers = subprocess.run(["pgrep", "-f", "rlpipe.runtime"], capture_output=True, text=True).stdout
-    assert leftovers.strip() == ""
+    assert stages == set()  # this launcher started no stage process
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from live_runs import children_with_rank, rlpipe_run, start_run
+from live_runs import alive, children_with_rank, rlpipe_run, start_run
 
 from rlpipe.runtime.processes import HEARTBEAT_S, first_failure
 
@@ -69,51 +69,54 @@ def test_heartbeats_do_not_override_an_ordinary_error(tmp_path):
 
 # --- live: a stage that dies, a stage that stops ----------------------------------------------------
 
-COMMON = ["--model", "mlp", "--layers", "6", "--stages", "3", "--microbatches", "4", "--batch", "16",
-          "--interval", "10", "--boundaries", "0,2,4", "--checkpoint-every", "10"]
+COMMON = ["--model", "mlp", "--layers", "6", "--microbatches", "4", "--batch", "16", "--interval", "10",
+          "--checkpoint-every", "10"]
+PIPELINE = ["--stages", "3", "--boundaries", "0,2,4"]
+HYBRID = ["--stages", "2", "--data-parallel", "2"]  # replica 1's stage 0 is rank 2
 
 
-def start_until_first_checkpoint(tmp_path, *extra):
+def start_until_first_checkpoint(tmp_path, layout, *extra):
     """A long run, started and left to publish its first checkpoint; returns it and its stages' pids."""
-    launcher = start_run(*COMMON, "--checkpoint-dir", str(tmp_path / "ckpt"), "--iterations", "100000", *extra)
+    processes = 4 if layout is HYBRID else 3
+    launcher = start_run(*COMMON, *layout, "--checkpoint-dir", str(tmp_path / "ckpt"), "--iterations", "100000",
+                         *extra)
     deadline = time.monotonic() + 90
-    while len(children := children_with_rank(launcher.pid)) < 3 and time.monotonic() < deadline:
+    while len(children := children_with_rank(launcher.pid)) < processes and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(children) == 3
+    assert len(children) == processes
     while not (tmp_path / "ckpt" / "latest.json").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     return launcher, children
 
 
-def assert_ended_and_resumes(tmp_path, launcher, children, rank, within_s):
-    """The launcher exits within ``within_s`` naming ``rank``, no stage process is left, and the last
-    checkpoint resumes."""
+def assert_ended_and_resumes(tmp_path, launcher, children, named, within_s):
+    """The launcher exits within ``within_s`` naming the stage (``named``), no stage process is left, and
+    the last checkpoint resumes (on one pipeline of three stages, whatever layout wrote it)."""
     failed_at = time.monotonic()
     _, stderr = launcher.communicate(timeout=within_s + 30)
     assert time.monotonic() - failed_at < within_s, time.monotonic() - failed_at
     last = stderr.strip().splitlines()[-1]
-    assert launcher.returncode == 1 and f"rank {rank} failed first" in last, stderr[-2000:]
+    assert launcher.returncode == 1 and f"{named} failed first" in last, stderr[-2000:]
     time.sleep(0.5)
-    for pid in children.values():
-        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert alive(children.values()) == []
     reached = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["iteration"]
-    records, _ = rlpipe_run(tmp_path, "resumed", *COMMON, "--checkpoint-dir", str(tmp_path / "ckpt"),
+    records, _ = rlpipe_run(tmp_path, "resumed", *COMMON, *PIPELINE, "--checkpoint-dir", str(tmp_path / "ckpt"),
                             "--iterations", str(reached + 10), "--resume", str(tmp_path / "ckpt"))
     assert records[-1]["iteration"] == reached + 10
     return last
 
 
 @pytest.mark.slow
-def test_a_dead_stage_ends_the_run_naming_its_rank(tmp_path):
-    launcher, children = start_until_first_checkpoint(tmp_path)
-    os.kill(children[1], signal.SIGKILL)
-    assert_ended_and_resumes(tmp_path, launcher, children, rank=1, within_s=10)
+def test_a_dead_stage_of_a_hybrid_job_ends_the_run_naming_its_replica_stage_and_rank(tmp_path):
+    launcher, children = start_until_first_checkpoint(tmp_path, HYBRID)
+    os.kill(children[2], signal.SIGKILL)
+    assert_ended_and_resumes(tmp_path, launcher, children, "replica 1, stage 0, rank 2", within_s=10)
 
 
 @pytest.mark.slow
 def test_a_stopped_stage_ends_the_run_within_the_timeout_naming_its_rank(tmp_path):
     timeout_s = 5
-    launcher, children = start_until_first_checkpoint(tmp_path, "--timeout-s", str(timeout_s))
+    launcher, children = start_until_first_checkpoint(tmp_path, PIPELINE, "--timeout-s", str(timeout_s))
     os.kill(children[1], signal.SIGSTOP)
-    last = assert_ended_and_resumes(tmp_path, launcher, children, rank=1, within_s=timeout_s + 10)
+    last = assert_ended_and_resumes(tmp_path, launcher, children, "rank 1", within_s=timeout_s + 10)
     assert "stopped responding" in last
