@@ -22,40 +22,43 @@ class DecisionContext:
 
     Attributes:
         encoder: the observation encoder, holding the latest decoded statistics
-            (``encoder.latest``), the device slowdown estimate and the re-plan target.
+            (``encoder.latest``), the device slowdown estimates and what each lever would do.
         boundaries: the partition in force.
         future: simulation only: a view of the true future conditions (the oracle's crystal ball).
+        split: the micro-batch split in force (``None``: the encoder's latest).
     """
 
     encoder: ObservationEncoder
     boundaries: tuple[int, ...]
     future: Any = None
+    split: tuple[int, ...] | None = None
 
 
 @runtime_checkable
 class Policy(Protocol):
     """A decision-maker: an action index from the observation, the mask and the context.
 
-    A simulation-only policy may return a target partition (a tuple of boundaries) instead.
+    A simulation-only policy may return a target plan instead: ``(boundaries, split)``.
 
     Attributes:
         name: what logs and tables call it.
         live: whether it can run on a live pipeline (the oracle needs the simulator's future).
         fallbacks: decisions handed to a fallback policy, by reason (empty for policies without one).
         last_fallback: why the latest decision fell back (``None``: it did not).
-        observation_layout: the ``(s_max, history)`` the policy was trained to read (``None``: any).
+        observation_layout: the ``(s_max, history, d_max)`` the policy was trained to read (``None``: any).
     """
 
     name: str
     live: bool
     fallbacks: Counter[str]
     last_fallback: str | None
-    observation_layout: tuple[int, int] | None
+    observation_layout: tuple[int, int, int] | None
 
     def reset(self) -> None:
         """Forget everything about the previous episode or run."""
 
-    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int | tuple[int, ...]:
+    def act(self, observation: np.ndarray, mask: np.ndarray,
+            context: DecisionContext) -> int | tuple[tuple[int, ...], tuple[int, ...]]:
         """Decide for the interval that starts now."""
 
 
@@ -64,6 +67,6 @@ class PolicyBase:
     """The bookkeeping every policy shares; a policy with a fallback fills it in."""
 
     live: bool = field(default=True, init=False)
-    observation_layout: tuple[int, int] | None = field(default=None, init=False)
+    observation_layout: tuple[int, int, int] | None = field(default=None, init=False)
     fallbacks: Counter[str] = field(default_factory=Counter, init=False, repr=False)
     last_fallback: str | None = field(default=None, init=False, repr=False)

@@ -71,15 +71,20 @@ def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 
 def environments(policies: dict[str, Policy], config: EnvConfig) -> dict[str, RepartitionEnv]:
     """An environment for each policy, laid out as it reads observations (a learned policy: as it was
     trained; a heuristic: room for every stage). Same seeds, same episodes, whatever the layout."""
-    built: dict[tuple[int, int], RepartitionEnv] = {}
+    built: dict[tuple[int, int, int], RepartitionEnv] = {}
     chosen = {}
     for name, policy in policies.items():
-        layout = policy.observation_layout or (max(config.s_max, config.max_stages), config.history)
+        most_replicas = config.data_parallel[1]
+        layout = policy.observation_layout or (max(config.s_max, config.max_stages), config.history,
+                                               max(config.d_max, most_replicas))
         if layout[0] < config.max_stages:
             raise InputError(f"policy '{name}' was trained for pipelines of up to {layout[0]} stages, these "
                              f"episodes have up to {config.max_stages} (the heuristics have no such limit)")
+        if layout[2] < most_replicas:
+            raise InputError(f"policy '{name}' was trained for jobs of up to {layout[2]} replicas, these episodes "
+                             f"have up to {most_replicas} (the heuristics have no such limit)")
         if layout not in built:
-            built[layout] = RepartitionEnv(replace(config, s_max=layout[0], history=layout[1]))
+            built[layout] = RepartitionEnv(replace(config, s_max=layout[0], history=layout[1], d_max=layout[2]))
         chosen[name] = built[layout]
     return chosen
 
@@ -94,6 +99,7 @@ def _metrics(runs: list[EpisodeResult], static: list[EpisodeResult]) -> dict[str
         if len(efficiency) > 1 else 0.0,
         "speedup_vs_static": float(np.mean(speed / static_speed)),
         "repartitions_per_hour": float(np.mean([r.repartitions_per_hour for r in runs])),
+        "rebalances_per_hour": float(np.mean([r.rebalances_per_hour for r in runs])),
         "stall_s_per_hour": float(np.mean([r.stall_s_per_hour for r in runs])),
     }
 
@@ -103,12 +109,12 @@ def to_markdown(results: dict[str, Any]) -> str:
     lines = []
     for scenario, table in results["scenarios"].items():
         lines += [f"### {scenario}", "",
-                  "| policy | efficiency | ±95% | speedup vs static | repartitions/h | stall s/h |",
-                  "|---|---|---|---|---|---|"]
+                  "| policy | efficiency | ±95% | speedup vs static | repartitions/h | rebalances/h | stall s/h |",
+                  "|---|---|---|---|---|---|---|"]
         for name, m in table.items():
             lines.append(f"| {name} | {m['efficiency_mean']:.4f} | {m['efficiency_ci95']:.4f} | "
                          f"{m['speedup_vs_static']:.3f} | {m['repartitions_per_hour']:.1f} | "
-                         f"{m['stall_s_per_hour']:.1f} |")
+                         f"{m.get('rebalances_per_hour', 0.0):.1f} | {m['stall_s_per_hour']:.1f} |")
         lines.append("")
     return "\n".join(lines)
 

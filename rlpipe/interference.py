@@ -2,9 +2,15 @@
 
 Everything is a trace: a list of change events ``(time_s, target, value)``. A device target
 (``0``, ``1``, ...) gets a slowdown factor (>= 1.0: 2.0 computes twice as slowly) from ``time_s`` on;
-a link target ``link:i`` (between device i and i+1) gets a bandwidth factor (<= 1.0). Presets are
-seeded generators of such traces, so a preset written to CSV (``rlpipe scenario``) and replayed
-(``trace:FILE.csv``) is the same scenario.
+a link target ``link:i`` (between device i and i+1) gets a bandwidth factor (<= 1.0); the target
+``seqlen`` sets how unequal the micro-batches of one iteration are (the longest up to that many times
+the shortest, on every stage, drawn afresh each iteration: sequence-length imbalance, with no lasting
+change; 1.0: equal). Presets are seeded generators of such traces, so a preset written to CSV
+(``rlpipe scenario``) and replayed (``trace:FILE.csv``) is the same scenario.
+
+In a hybrid job (D replicas of an S-stage pipeline) device ``r x S + s`` is replica r's stage s, and
+``link:i`` joins devices i and i + 1 of the same replica (a link between two replicas' devices is no
+pipeline link, and slows nothing).
 
 Slowdown magnitudes follow published co-location measurements of DNN jobs sharing a device: median
 about 1.08x, one pair in ten slower than about 1.25x, a tail to about 2.3x. Durations and the rest
@@ -36,6 +42,8 @@ from rlpipe.errors import InputError
 from rlpipe.files import read_text
 
 MAX_COLOCATION_SLOWDOWN = 2.3
+SEQLEN_TARGET = "seqlen"  # the trace target of the micro-batch spread
+MAX_MICROBATCH_SPREAD = 10.0
 
 Event = tuple[float, str, float]  # (time_s, "3" or "link:2", value)
 
@@ -50,6 +58,8 @@ class InterferenceTrace:
         link_factor: (changes, devices - 1) bandwidth factor of each link, in (0, 1].
         duration_s: length of the scenario, s (conditions hold after the last change until then).
         name: where it came from (a preset name or a file).
+        microbatch_spread: (changes,) the longest micro-batch of an iteration over the shortest (1: equal;
+            ``None``: always 1).
     """
 
     change_s: np.ndarray
@@ -57,10 +67,22 @@ class InterferenceTrace:
     link_factor: np.ndarray
     duration_s: float
     name: str = "trace"
+    microbatch_spread: np.ndarray | None = None
 
     @property
     def num_devices(self) -> int:
         return self.slowdown.shape[1]
+
+    def spread_at_row(self, row: int) -> float:
+        """How unequal an iteration's micro-batches are under row ``row`` (1.0: equal)."""
+        return 1.0 if self.microbatch_spread is None else float(self.microbatch_spread[row])
+
+    def replica_links(self, row: int, replicas: int) -> np.ndarray:
+        """(replicas, S - 1): each replica's pipeline links' bandwidth factors under row ``row`` (the trace
+        covers ``replicas x S`` devices)."""
+        stages = self.num_devices // replicas
+        padded = np.append(self.link_factor[row], 1.0)  # the last device has no link after it
+        return padded.reshape(replicas, stages)[:, :stages - 1]
 
     @classmethod
     def from_events(cls, events: list[Event], num_devices: int, duration_s: float, name: str = "trace",
@@ -72,9 +94,11 @@ class InterferenceTrace:
         num_links = max(num_devices - 1, 0)
         events = sorted(events, key=lambda event: event[0])
         times = np.array([0.0] + [event[0] for event in events])
-        columns = np.empty(len(events), dtype=np.int64)  # devices first, then links
+        columns = np.empty(len(events), dtype=np.int64)  # devices first, then links, then the spread
         for k, (_, target, _) in enumerate(events):
-            if target.startswith("link:"):
+            if target == SEQLEN_TARGET:
+                columns[k] = num_devices + num_links
+            elif target.startswith("link:"):
                 link = int(target[5:])
                 if not 0 <= link < num_links:
                     raise InputError(f"{source}: device 'link:{link}' does not exist with {num_devices} devices")
@@ -85,7 +109,7 @@ class InterferenceTrace:
                     raise InputError(f"{source}: device {device} does not exist with {num_devices} devices")
                 columns[k] = device
         change_s = np.unique(times)
-        table = np.full((len(change_s), num_devices + num_links), np.nan)
+        table = np.full((len(change_s), num_devices + num_links + 1), np.nan)
         table[0] = 1.0
         if events:
             rows = np.searchsorted(change_s, times[1:])
@@ -95,8 +119,9 @@ class InterferenceTrace:
             table[rows[last], columns[last]] = np.array([event[2] for event in events])[last]
         filled = np.where(np.isnan(table), 0, np.arange(len(change_s))[:, None])
         table = table[np.maximum.accumulate(filled, axis=0), np.arange(table.shape[1])]  # values hold until changed
-        return cls(change_s, table[:, :num_devices], table[:, num_devices:], float(max(duration_s, change_s[-1])),
-                   name)
+        spread = table[:, -1] if np.any(table[:, -1] != 1.0) else None
+        return cls(change_s, table[:, :num_devices], table[:, num_devices:-1], float(max(duration_s, change_s[-1])),
+                   name, spread)
 
     def for_devices(self, num_devices: int) -> InterferenceTrace:
         """The same trace on a pipeline of ``num_devices`` stages: extra devices run undisturbed;
@@ -109,11 +134,12 @@ class InterferenceTrace:
                 raise InputError(f"{self.name}: the trace disturbs device {self.num_devices - 1}, "
                                  f"but the pipeline has only {num_devices} stages")
             return InterferenceTrace(self.change_s, self.slowdown[:, :num_devices],
-                                     self.link_factor[:, :num_devices - 1], self.duration_s, self.name)
+                                     self.link_factor[:, :num_devices - 1], self.duration_s, self.name,
+                                     self.microbatch_spread)
         pad = num_devices - self.num_devices
         return InterferenceTrace(self.change_s, np.pad(self.slowdown, ((0, 0), (0, pad)), constant_values=1.0),
                                  np.pad(self.link_factor, ((0, 0), (0, pad)), constant_values=1.0),
-                                 self.duration_s, self.name)
+                                 self.duration_s, self.name, self.microbatch_spread)
 
     def index_at(self, time_s: float) -> int:
         """Row of the conditions in force at ``time_s``."""
@@ -143,10 +169,13 @@ class InterferenceTrace:
         events: list[Event] = []
         previous_slow = np.ones(self.num_devices)
         previous_link = np.ones(self.num_devices - 1)
-        for time_s, slow, link in zip(self.change_s, self.slowdown, self.link_factor):
+        previous_spread = 1.0
+        for row, (time_s, slow, link) in enumerate(zip(self.change_s, self.slowdown, self.link_factor)):
             events += [(float(time_s), str(d), float(slow[d])) for d in np.nonzero(slow != previous_slow)[0]]
             events += [(float(time_s), f"link:{i}", float(link[i])) for i in np.nonzero(link != previous_link)[0]]
-            previous_slow, previous_link = slow, link
+            if self.spread_at_row(row) != previous_spread:
+                events.append((float(time_s), SEQLEN_TARGET, self.spread_at_row(row)))
+            previous_slow, previous_link, previous_spread = slow, link, self.spread_at_row(row)
         return events
 
     def save_csv(self, path: str | Path) -> None:
@@ -193,7 +222,11 @@ def load_trace_csv(path: str | Path) -> InterferenceTrace:
         except (TypeError, ValueError):
             raise InputError(f"{where}: slowdown: not a number ({row['slowdown']!r})") from None
         target = (row["device"] or "").strip()
-        if target.startswith("link:") and target[5:].isdigit():
+        if target == SEQLEN_TARGET:
+            if not (math.isfinite(value) and 1.0 <= value <= MAX_MICROBATCH_SPREAD):
+                raise InputError(f"{where}: slowdown: a seqlen spread must be in [1, {MAX_MICROBATCH_SPREAD:g}], "
+                                 f"got {value}")
+        elif target.startswith("link:") and target[5:].isdigit():
             if not (math.isfinite(value) and 1.0 / MAX_SLOWDOWN <= value <= 1.0):
                 raise InputError(f"{where}: slowdown: a link's bandwidth factor must be in "
                                  f"[{1.0 / MAX_SLOWDOWN:g}, 1], got {value}")
@@ -203,7 +236,7 @@ def load_trace_csv(path: str | Path) -> InterferenceTrace:
                 raise InputError(f"{where}: slowdown: must be a number in [1, {MAX_SLOWDOWN:g}], got {value}")
             max_device = max(max_device, int(target))
         else:
-            raise InputError(f"{where}: device: unknown device {target!r} (expected 0, 1, ... or link:i)")
+            raise InputError(f"{where}: device: unknown device {target!r} (expected 0, 1, ..., link:i or seqlen)")
         events.append((time_s, target, value))
     return InterferenceTrace.from_events(events, max_device + 1, last_time, name=f"trace:{path.name}",
                                          source=str(path))
@@ -259,7 +292,8 @@ def _link_jitter(rng: np.random.Generator, num_devices: int, duration_s: float, 
     return events
 
 
-# Each preset draws, from a seeded generator, episodes on every device and change events on links.
+# Each preset draws, from a seeded generator, episodes on every device and other change events (links,
+# the micro-batch spread).
 PresetDraw = tuple[list[list[Interval]], list[Event]]
 
 
@@ -342,24 +376,18 @@ def _persistent(rng: np.random.Generator, num_devices: int, duration_s: float) -
     return per_device, []
 
 
-def _sequence_noise(rng: np.random.Generator, duration_s: float) -> list[Interval]:
-    """Per-iteration compute that varies with sequence length: every 2-6 s a new factor 1.0-1.3 (the
-    stage +-13% around its mean) with no lasting change, and a garbage-collection pause (2-4x for
-    1-2 s) about once a minute."""
-    count = int(duration_s / 2.0) + 1  # enough 2-6 s pieces to cover the duration
-    ends = np.cumsum(rng.uniform(2.0, 6.0, count))
-    ends = np.minimum(ends[:np.searchsorted(ends, duration_s) + 1], duration_s)
-    starts = np.concatenate([[0.0], ends[:-1]])
-    factors = 1.0 + rng.uniform(0.0, 0.3, len(ends))
-    intervals: list[Interval] = list(zip(starts.tolist(), ends.tolist(), factors.tolist()))
-    intervals += _episodes(rng, duration_s, 60.0, lambda: float(rng.uniform(1.0, 2.0)),
-                           lambda: float(rng.uniform(2.0, 4.0)))
-    return intervals
+SEQLEN_SPREAD = 1.3  # ByteDance (OSDI'25): per-iteration compute +-10-15% with sequence length
+
+
+def _gc_pauses(rng: np.random.Generator, duration_s: float) -> list[Interval]:
+    """A garbage-collection pause on one device (2-4x for 1-2 s) about once a minute."""
+    return _episodes(rng, duration_s, 60.0, lambda: float(rng.uniform(1.0, 2.0)), lambda: float(rng.uniform(2.0, 4.0)))
 
 
 def _seqlen(rng: np.random.Generator, num_devices: int, duration_s: float) -> PresetDraw:
-    """Sequence-length and garbage-collection noise on every device, nothing that lasts: hold."""
-    return [_sequence_noise(rng, duration_s) for _ in range(num_devices)], []
+    """Sequence-length imbalance: every iteration's micro-batches differ (the longest up to 1.3x the
+    shortest, on every stage), and garbage-collection pauses on every device; nothing lasts: hold."""
+    return [_gc_pauses(rng, duration_s) for _ in range(num_devices)], [(0.0, SEQLEN_TARGET, SEQLEN_SPREAD)]
 
 
 def _congestion(rng: np.random.Generator, num_devices: int, duration_s: float, mean_gap_s: float) -> list[Event]:
@@ -393,11 +421,11 @@ def _mixed(rng: np.random.Generator, num_devices: int, duration_s: float) -> Pre
         intervals = _episodes(rng, duration_s, 900.0, lambda: rng.lognormal(math.log(120.0), 1.0),
                               lambda: colocation_slowdown(rng))
         intervals += _fail_slows(rng, duration_s, 3600.0) + _compound(rng, duration_s, 6 * 3600.0)
-        intervals += _sequence_noise(rng, duration_s)
+        intervals += _gc_pauses(rng, duration_s)
         if device == victim:
             intervals.append((0.0, duration_s, float(rng.uniform(1.3, 3.0))))
         per_device.append(intervals)
-    return per_device, _congestion(rng, num_devices, duration_s, 3600.0)
+    return per_device, _congestion(rng, num_devices, duration_s, 3600.0) + [(0.0, SEQLEN_TARGET, SEQLEN_SPREAD)]
 
 
 def _mild_noise(rng: np.random.Generator, duration_s: float) -> list[Interval]:

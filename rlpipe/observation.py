@@ -1,37 +1,50 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 2), a float32 vector for up to ``s_max`` stages, scale-free in the pipeline's
-speed and in the decision interval K: times are ratios, and durations count iterations in units of
-``ITERATIONS_UNIT`` (10), so a policy trained at one K runs at another.
+Observation (version 3), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
+times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
+trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
+job waits for its slowest replica); the replica block keeps every device.
 
-- per stage slot (``STAGE_FEATURES + history - 1`` values; zeros for padded slots):
-  present (1/0), share of the model's layers, compute per micro-batch over the interference-free
-  optimal stage time, estimated slowdown - 1 (recent loads averaged back to the last change), idle
-  share of the iteration, communication share, how long the device has been loaded (log-scaled),
-  measured device load - 1 in each earlier interval;
-- per boundary (``s_max - 1`` x 3): the bottleneck after shifting it by -1 / +1 layer over the
-  current bottleneck, minus 1 (0 where invalid), under the estimated device and link speeds; and the
-  link's estimated slowdown - 1 (a link is estimated from the communication wait of the two stages it
-  joins: each receives over it once per micro-batch);
-- global: time since the last repartition (log-scaled), what the best re-plan would gain (predicted
-  iteration time now / after - 1) and cost (its stall), throughput over the interference-free
-  optimum, stages / s_max, the last interval's stall, a one-layer move's stall, the timer noise
-  measured so far (stalls in units of ``ITERATIONS_UNIT`` iterations at the current speed), and the
-  ski-rental count (:class:`LostTime`): time lost to the current imbalance over the re-plan's stall,
-  and how long the imbalance has held (log-scaled).
+- per stage slot (``STAGE_FEATURES + history - 1`` values; zeros for padded slots): present (1/0),
+  share of the model's layers, compute per micro-batch over the interference-free optimal stage time,
+  estimated slowdown - 1 (recent loads averaged back to the last change), idle share of the iteration,
+  communication share, how long the device has been loaded (log-scaled), the dispersion of its compute
+  from one iteration to the next within the interval (noise shorter than an interval), measured load - 1
+  in each earlier interval;
+- per boundary (``s_max - 1`` x 4): the bottleneck after shifting it by -1 / +1 layer over the current
+  bottleneck, minus 1 (0 where invalid), under the estimated device and link speeds; the link's
+  estimated slowdown - 1 (from the communication wait of the two stages it joins); and how
+  communication-bound it is (its estimated transfer over the compute of the slower stage it joins:
+  above 1, moving layers cannot help);
+- per replica slot (``d_max`` x ``REPLICA_FEATURES + s_max``): present, its micro-batches over the even
+  split's minus 1, its slowest device's estimated slowdown - 1, its predicted pipeline time over the
+  replicas' mean minus 1, and every device's estimated slowdown - 1;
+- global: time since the last repartition (log-scaled), what the best layer re-plan would gain
+  (predicted iteration time now / after - 1) and cost (its stall), throughput over the
+  interference-free optimum, stages / s_max, the last interval's stall, a one-layer move's stall, the
+  timer noise between intervals and the dispersion within them, the ski-rental count (:class:`LostTime`:
+  time lost to the current imbalance over the re-plan's stall) and how long the imbalance has held
+  (log-scaled), the slowdowns this run has seen end (how many, their median length, and of those that
+  outlasted the current imbalance's age, the share that lasted twice as long: a hazard a policy can
+  learn), what a rebalance of
+  micro-batches would gain and cost and its own ski-rental count, what re-plan and rebalance together
+  would gain and cost, replicas / d_max, the most communication-bound link, and the gradient sync's
+  share of the iteration. Stalls are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
 
-Actions (Discrete): 0 keep; 1 re-plan to the partition optimal for the estimated device speeds;
-``2 + 2 (i - 1)`` shift boundary i by -1 (stage i gets stage i-1's last layer), ``3 + 2 (i - 1)``
+Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
+device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
+both; ``4 + 2 (i - 1)`` shift boundary i by -1 (stage i gets stage i-1's last layer), ``5 + 2 (i - 1)``
 shift it by +1 (stage i-1 gets stage i's first layer), for i = 1..s_max-1.
 
-The arithmetic of one observation runs in one compiled kernel (:func:`_encode`): the environment
-calls it every step of training.
+The per-stage arithmetic of one observation runs in compiled kernels: the environment calls them every
+step of training.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -39,37 +52,53 @@ from numba import njit
 from rlpipe.partition import bottleneck_dp, link_transfer_ms, stage_edges
 from rlpipe.planning import MAX_SLOWDOWN_ESTIMATE, Planner, StatsError, move_bottlenecks_kernel
 from rlpipe.simulator import operation_graph, simulate_kernel
+from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats
 
-OBSERVATION_VERSION = 2
+OBSERVATION_VERSION = 3
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
+DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
 OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION_CLIP]
-STAGE_FEATURES = 7
-BOUNDARY_FEATURES = 3
-GLOBAL_FEATURES = 10
+STAGE_FEATURES = 8
+BOUNDARY_FEATURES = 4
+REPLICA_FEATURES = 4
+GLOBAL_FEATURES = 22
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
-ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load
-CHANGE_TOLERANCE = 0.1  # loads within 10% of the newest count as the same conditions
+ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
+TRANSIENT_DISPERSION = 3.0  # an interval whose most dispersed stage exceeds this many times the usual dispersion
+TRANSIENT_FLOOR = 0.2  # (and this much) changed within the interval: its mean is no steady condition
+CHANGE_TOLERANCE = 0.1  # a load within 10% of a device's steady mean counts as the same conditions
 LOG_SPAN = math.log1p(100.0)  # log-scaled durations reach 1.0 at 100 units
-NOISE_MEMORY = 0.05  # the timer-noise estimate is a running mean with this weight on each interval
+NOISE_MEMORY = 0.05  # the noise estimates are running means with this weight on each interval
 MEDIAN_ABS_DIFF_TO_SIGMA = 1 / (0.6745 * math.sqrt(2))  # sigma from the median |log l1 - log l0| of two readings
-KEEP, REPLAN = 0, 1
+PAST_SLOWDOWNS = 64  # the ended slowdowns remembered
+KEEP, REPLAN, REBALANCE, BOTH = 0, 1, 2, 3
+FIRST_MOVE = 4
+
+
+class G:
+    """Positions of the global features, counted from the start of the global block."""
+
+    SINCE_REPARTITION, REPLAN_GAIN, REPLAN_COST, THROUGHPUT, STAGES, LAST_STALL, ONE_LAYER_STALL = range(7)
+    NOISE, DISPERSION, LOST, HELD, PAST_COUNT, PAST_MEDIAN, PAST_LONGER = range(7, 14)
+    REBALANCE_GAIN, REBALANCE_COST, REBALANCE_LOST, BOTH_GAIN, BOTH_COST, REPLICAS, COMM_BOUND, SYNC = range(14, 22)
 
 
 @dataclass
 class LostTime:
     """The ski-rental count (Greyhound, USENIX ATC'25): how much time the current imbalance has cost.
 
-    Each interval whose re-plan gain (predicted iteration time now over after, minus 1) exceeds
-    ``max(min_gain, noise_multiple x the timer noise)`` adds its wall time x the share the re-plan would
-    save; an interval below that starts the count again. The threshold policy re-plans once the count
-    reaches the re-plan's stall; the observation carries it.
+    Each interval whose gain (predicted iteration time now over after the action, minus 1) exceeds
+    ``max(min_gain, noise_multiple x the noise of the estimates)`` adds its wall time x the share the action
+    would save; an interval below that starts the count again. A rule acts once the count reaches the action's
+    stall; the observation carries the counts of a layer re-plan and of a rebalance.
 
     Args:
         min_gain: the smallest gain that counts (0.03: 3%).
-        noise_multiple: the gain must also exceed this many times the measured timer noise (sigma).
+        noise_multiple: the gain must also exceed this many times the noise of the slowdown estimates
+            (the timer noise over the square root of the intervals behind them).
     """
 
     min_gain: float = 0.03
@@ -82,11 +111,14 @@ class LostTime:
         self.lost_s, self.held_intervals, self.held_iterations = 0.0, 0, 0
 
     def update(self, now_ms: float, after_ms: float, noise_level: float, stats: IntervalStats,
-               replannable: bool) -> None:
-        """Count one interval, given the re-plan's predicted iteration times (ms) now and after it."""
+               possible: bool, transient: bool = False) -> None:
+        """Count one interval, given the action's predicted iteration times (ms) now and after it; a
+        ``transient`` interval (its conditions changed within it) neither adds to the count nor ends it."""
         gain = now_ms / after_ms - 1.0 if after_ms > 0 else 0.0
-        if not replannable or gain <= max(self.min_gain, self.noise_multiple * noise_level):
+        if not possible or gain <= max(self.min_gain, self.noise_multiple * noise_level):
             self.reset()
+            return
+        if transient:
             return
         self.lost_s += (stats.wall_s - stats.stall_s) * (1.0 - after_ms / now_ms)
         self.held_intervals += 1
@@ -95,47 +127,68 @@ class LostTime:
 
 @dataclass(frozen=True)
 class ActionLayout:
-    """Meaning of each discrete action for pipelines of up to ``s_max`` stages."""
+    """Meaning of each discrete action for jobs of up to ``s_max`` stages."""
 
     s_max: int
 
     @property
     def num_actions(self) -> int:
-        return 2 + 2 * (self.s_max - 1)
+        return FIRST_MOVE + 2 * (self.s_max - 1)
 
     def move(self, action: int) -> tuple[int, int]:
-        """``(boundary, delta)`` of a move action (``action >= 2``)."""
-        return 1 + (action - 2) // 2, -1 if (action - 2) % 2 == 0 else +1
+        """``(boundary, delta)`` of a move action (``action >= FIRST_MOVE``)."""
+        return 1 + (action - FIRST_MOVE) // 2, -1 if (action - FIRST_MOVE) % 2 == 0 else +1
 
     def move_action(self, boundary: int, delta: int) -> int:
-        return 2 + 2 * (boundary - 1) + (0 if delta < 0 else 1)
+        return FIRST_MOVE + 2 * (boundary - 1) + (0 if delta < 0 else 1)
 
     def describe(self, action: int) -> str:
-        if action == KEEP:
-            return "keep"
-        if action == REPLAN:
-            return "replan"
+        named = {KEEP: "keep", REPLAN: "replan", REBALANCE: "rebalance", BOTH: "replan+rebalance"}
+        if action in named:
+            return named[action]
         boundary, delta = self.move(action)
         return f"move boundary {boundary} {'+1' if delta > 0 else '-1'}"
+
+
+@dataclass
+class Targets:
+    """What each lever would do now: the partitions and splits it would run, their predicted iteration
+    times and stalls.
+
+    Attributes:
+        replan: the layer re-plan's partition (the current split).
+        rebalance: the rebalance's split (the current partition).
+        both: the partition and split of both together.
+        figures: predicted iteration ms now; after re-plan, rebalance, both; and the stalls s of re-plan,
+            rebalance, both.
+    """
+
+    replan: tuple[int, ...] = ()
+    rebalance: tuple[int, ...] = ()
+    both: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    figures: np.ndarray = field(default_factory=lambda: np.zeros(7))
 
 
 class ObservationEncoder:
     """Turns each interval's statistics into an observation; masks and decodes actions.
 
     Args:
-        planner: the pipeline model (profile, schedule, migration cost).
+        planner: the job model (profile, schedule, replicas, migration cost).
         s_max: the largest stage count the observation has room for.
         history: intervals of device load the observation carries (the current one included).
+        d_max: the largest replica count it has room for.
     """
 
-    def __init__(self, planner: Planner, s_max: int = DEFAULT_S_MAX, history: int = DEFAULT_HISTORY):
+    def __init__(self, planner: Planner, s_max: int = DEFAULT_S_MAX, history: int = DEFAULT_HISTORY,
+                 d_max: int = DEFAULT_D_MAX):
         if planner.num_stages > s_max:
             raise StatsError(f"{planner.num_stages} stages do not fit an observation for at most {s_max}")
+        if planner.replicas > d_max:
+            raise StatsError(f"{planner.replicas} replicas do not fit an observation for at most {d_max}")
         self.planner = planner
-        self.s_max = s_max
-        self.history = history
+        self.s_max, self.history, self.d_max = s_max, history, d_max
         self.layout = ActionLayout(s_max)
-        self.size = self.size_for(s_max, history)
+        self.size = self.size_for(s_max, history, d_max)
         costs = planner.costs
         self._one_layer_stall_s = planner.migration.overhead_s + float(
             link_transfer_ms(costs.state_bytes.mean(), planner.migration.bandwidth_gbps)) / 1e3
@@ -145,30 +198,71 @@ class ObservationEncoder:
         self._link_ms_after = np.asarray(link_transfer_ms(costs.activation_bytes, planner.bandwidth_gbps),
                                          dtype=np.float64)  # one-way, if a stage ends after the layer
         self._memory_cap = np.inf if planner.memory_cap_bytes is None else float(planner.memory_cap_bytes)
+        width = STAGE_FEATURES + history - 1
+        self._boundary_base = s_max * width
+        self._replica_base = self._boundary_base + BOUNDARY_FEATURES * (s_max - 1)
+        self._global_base = self.size - GLOBAL_FEATURES
+        self._sync_cache: dict[tuple[int, ...], float] = {}
         self.reset()
 
     @staticmethod
-    def size_for(s_max: int, history: int) -> int:
+    def size_for(s_max: int, history: int, d_max: int = DEFAULT_D_MAX) -> int:
         """Length of the observation vector."""
-        return s_max * (STAGE_FEATURES + history - 1) + BOUNDARY_FEATURES * (s_max - 1) + GLOBAL_FEATURES
+        return (s_max * (STAGE_FEATURES + history - 1) + BOUNDARY_FEATURES * (s_max - 1)
+                + d_max * (REPLICA_FEATURES + s_max) + GLOBAL_FEATURES)
 
     def reset(self) -> None:
-        num_stages = self.planner.num_stages
-        self._loads = np.ones((self.history, num_stages))  # newest first
-        self._state = np.zeros(3)  # intervals recorded, iterations since repartition, timer-noise estimate
-        self.elevated_iterations = np.zeros(num_stages)
+        devices = self.planner.replicas * self.planner.num_stages
+        self._loads = np.ones((self.history, devices))  # every device's loads, newest first
+        self._state = np.zeros(5)  # intervals recorded, iterations since repartition, noise, dispersion, and the
+        # fewest intervals behind any device's steady estimate
+        self.elevated_iterations = np.zeros(devices)
+        self._steady = np.zeros((2, devices))  # each device's mean load since its last change, and the intervals in it
+        self.past_slowdowns: list[float] = []  # how long each ended slowdown lasted, iterations
+        self._past_median = 0.0
         self.latest: IntervalStats | None = None
-        self.slowdown_estimate = np.ones(num_stages)
-        self.link_estimate = np.ones(max(num_stages - 1, 1))  # each link's bandwidth over its nominal
-        self.replan_boundaries: tuple[int, ...] = self.planner.ideal_boundaries
-        self.replan_figures = np.zeros(3)  # predicted iteration ms now and after the re-plan, its stall s
+        self.device_estimate = np.ones(devices)
+        self.slowdown_estimate = np.ones(self.planner.num_stages)
+        self.link_estimate = np.ones(max(self.planner.num_stages - 1, 1))  # each link's bandwidth over its nominal
+        self.split: tuple[int, ...] = self.planner.even
+        self.targets = Targets(self.planner.ideal_boundaries, self.planner.even,
+                               (self.planner.ideal_boundaries, self.planner.even))
         self.lost_time = LostTime()
+        self.rebalance_lost_time = LostTime()
         self._mask_cache: tuple | None = None
+
+    # --- what the rules read ----------------------------------------------------------------------
+
+    @property
+    def replan_boundaries(self) -> tuple[int, ...]:
+        """The layer re-plan's partition."""
+        return self.targets.replan
+
+    @property
+    def replan_figures(self) -> np.ndarray:
+        """(predicted iteration ms now, after the layer re-plan, its stall s)."""
+        f = self.targets.figures
+        return np.array([f[0], f[1], f[4]])
+
+    @property
+    def both_figures(self) -> np.ndarray:
+        """(predicted iteration ms now, after re-plan and rebalance together, their stall s)."""
+        f = self.targets.figures
+        return np.array([f[0], f[3], f[6]])
+
+    @property
+    def rebalance_figures(self) -> np.ndarray:
+        """(predicted iteration ms now, after the rebalance, its stall s)."""
+        f = self.targets.figures
+        return np.array([f[0], f[2], f[5]])
 
     @property
     def loads(self) -> np.ndarray:
-        """The measured device loads of the recorded intervals, newest first, one row each."""
-        return self._loads[:int(min(self._state[0], self.history))]
+        """Each stage's measured load (its stage group's most loaded device) of the recorded intervals,
+        newest first, one row each."""
+        recorded = self._loads[:int(min(self._state[0], self.history))]
+        replicas, stages = self.planner.replicas, self.planner.num_stages
+        return recorded.reshape(len(recorded), replicas, stages).max(axis=1)
 
     @property
     def intervals_since_repartition(self) -> float:
@@ -178,60 +272,201 @@ class ObservationEncoder:
 
     @property
     def noise_level(self) -> float:
-        """The timer noise measured so far (lognormal sigma of one interval's loads)."""
-        return float(self._state[2])
+        """The timer noise measured so far (lognormal sigma of one interval's loads): the larger of the
+        change between intervals and the dispersion within them scaled to an interval's mean."""
+        iterations = self.latest.iterations if self.latest is not None else 1
+        return float(max(self._state[2], self._state[3] / math.sqrt(max(iterations, 1))))
 
-    def observe(self, stats: IntervalStats) -> np.ndarray:
-        """Record one interval and return its observation. Raises :class:`StatsError` on bad statistics."""
-        planner, num_stages = self.planner, self.planner.num_stages
-        if stats.num_stages != num_stages:
-            raise StatsError(f"statistics for {stats.num_stages} stages, the pipeline has {num_stages}")
-        load = stats.device_load
+    @property
+    def estimate_noise(self) -> float:
+        """The noise of the slowdown estimates (what a predicted gain must clear): the timer noise over the
+        square root of the intervals behind the least settled device's estimate (its steady mean since its
+        last change)."""
+        return self.noise_level / math.sqrt(max(self._state[4], 1.0))
+
+    @property
+    def transient(self) -> bool:
+        """Whether the latest interval's conditions changed within it on the most loaded stage (its compute
+        dispersed far more than usual from one iteration to the next: a pause, or the onset or end of a
+        slowdown), so that its mean load is no steady condition to act on."""
+        cv = None if self.latest is None else self.latest.compute_cv
+        if cv is None or len(cv) == 0:
+            return False
+        slowest = int(np.argmax(self.slowdown_estimate))
+        return float(cv[slowest]) > max(TRANSIENT_DISPERSION * self._state[3], TRANSIENT_FLOOR)
+
+    @property
+    def dispersion(self) -> float:
+        """The running estimate of a stage's compute dispersion from one iteration to the next."""
+        return float(self._state[3])
+
+    def imbalance_survival(self) -> float:
+        """How likely the current imbalance is to last as long again, judged by the slowdowns this run has
+        seen end: of those that outlasted its age, the share that lasted twice as long (a half-count prior:
+        0.5 when none outlasted it)."""
+        age = max(self.lost_time.held_iterations, 1)
+        outlasted = sum(1 for length in self.past_slowdowns if length > age)
+        doubled = sum(1 for length in self.past_slowdowns if length > 2 * age)
+        return (doubled + 0.5) / (outlasted + 1.0)
+
+    # --- observing an interval ----------------------------------------------------------------------
+
+    def _check(self, stats: IntervalStats) -> None:
+        planner = self.planner
+        if stats.num_stages != planner.num_stages:
+            raise StatsError(f"statistics for {stats.num_stages} stages, the pipeline has {planner.num_stages}")
+        if stats.replicas != planner.replicas or stats.loads.shape != (planner.replicas, planner.num_stages):
+            raise StatsError(f"statistics for {stats.replicas} replicas, the job has {planner.replicas}")
+        load = stats.loads
         if not (load.min() > 0 and np.isfinite(load.max())):  # also catches NaN: comparisons are False
             raise StatsError(f"non-finite or non-positive device load {load.tolist()}")
         total = stats.compute_ms.sum() + stats.comm_ms.sum() + stats.idle_ms.sum() + stats.num_layers.sum()
+        if stats.compute_cv is not None:
+            total += stats.compute_cv.sum()
         if not math.isfinite(total):  # a NaN or an infinity anywhere makes the sum non-finite
             raise StatsError("non-finite stage times")
         if not (math.isfinite(stats.wall_s) and stats.wall_s > 0 and math.isfinite(stats.stall_s)):
             raise StatsError("non-finite interval wall time")
+
+    def observe(self, stats: IntervalStats) -> np.ndarray:
+        """Record one interval and return its observation. Raises :class:`StatsError` on bad statistics."""
+        self._check(stats)
+        planner, replicas, num_stages = self.planner, self.planner.replicas, self.planner.num_stages
         self.latest = stats
+        self.split = tuple(stats.split) if stats.split is not None else planner.even
+        ended = np.zeros(replicas * num_stages)
+        self.device_estimate = _record_loads(self._loads, self._state, self.elevated_iterations, self._steady,
+                                             np.ascontiguousarray(stats.loads.reshape(-1), dtype=np.float64),
+                                             float(stats.iterations), float(stats.stall_s), self.history, ended,
+                                             np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
+        if ended.any():
+            self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
+            self._past_median = float(np.median(self.past_slowdowns))
+        by_device = self.device_estimate.reshape(replicas, num_stages)
+        self.slowdown_estimate = by_device.max(axis=0)
+        history = self._loads.reshape(self.history, replicas, num_stages).max(axis=1)
+        elevated = self.elevated_iterations.reshape(replicas, num_stages).max(axis=0)
         observation = np.zeros(self.size)
         replan = np.empty(num_stages, dtype=np.int64)
+        figures = np.zeros(3)
         current = np.asarray(stats.boundaries, dtype=np.int64)
-        self.slowdown_estimate = _encode(  # type: ignore[call-arg]
-            observation, replan, self.link_estimate, self.replan_figures, self._loads, self._state,
-            self.elevated_iterations,
-            load, stats.compute_ms, stats.comm_ms, stats.idle_ms, stats.num_layers,
-            max(stats.iteration_ms, 1e-9), float(stats.iterations), float(stats.stall_s), current,
-            float(planner.microbatches),
-            self.s_max, self.history, planner.num_layers, planner.ideal_stage_ms, planner.ideal_iteration_ms,
-            planner.layer_compute_ms, planner.prefix_compute_ms, planner.roundtrip_ms, planner.roundtrip_by_stage,
-            planner.costs.state_bytes, planner.costs.activation_bytes, planner.inflight.astype(np.float64),
-            self._memory_cap, *self._graph, self._prefix_fwd, self._prefix_bwd, self._link_ms_after,
-            planner.migration.overhead_s, planner.migration.bandwidth_gbps, self._one_layer_stall_s)
+        _encode(observation, replan, self.link_estimate, figures, history, self._state, elevated,  # type: ignore[call-arg]
+                self.slowdown_estimate, stats.compute_ms, stats.comm_ms, stats.idle_ms, stats.num_layers,
+                np.zeros(num_stages) if stats.compute_cv is None else stats.compute_cv,
+                max(stats.iteration_ms, 1e-9), float(stats.stall_s), current, float(planner.microbatches),
+                self.s_max, self.history, planner.num_layers, planner.ideal_stage_ms, planner.ideal_iteration_ms,
+                planner.layer_compute_ms, planner.prefix_compute_ms, planner.roundtrip_ms, planner.roundtrip_by_stage,
+                planner.costs.state_bytes, planner.costs.activation_bytes, planner.inflight.astype(np.float64),
+                self._memory_cap, *self._graph, self._prefix_fwd, self._prefix_bwd, self._link_ms_after,
+                planner.migration.overhead_s, planner.migration.bandwidth_gbps, self._one_layer_stall_s,
+                self._global_base)
         if replan[0] < 0:
             raise StatsError(f"no partition into {num_stages} stages fits the memory cap")
-        self.replan_boundaries = tuple(replan.tolist())
-        now_ms, after_ms, stall_s = self.replan_figures
-        self.lost_time.update(now_ms, after_ms, self.noise_level, stats, self.replan_boundaries != stats.boundaries)
-        observation[-2] = self.lost_time.lost_s / max(stall_s, 1e-9) if self.lost_time.lost_s else 0.0
-        observation[-1] = math.log1p(self.lost_time.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
+        self.targets = self._levers(stats.boundaries, tuple(replan.tolist()), figures, by_device, observation)
+        self._count_and_fill(observation, stats)
         return np.minimum(np.maximum(observation, -OBSERVATION_CLIP), OBSERVATION_CLIP).astype(np.float32)
 
-    def action_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:
-        """Valid actions: keep always; re-plan when it changes the partition; moves that keep every
-        stage non-empty and within the memory cap, on boundaries the pipeline has."""
-        key = (tuple(boundaries), self.replan_boundaries)
+    def _levers(self, current: tuple[int, ...], replan: tuple[int, ...], figures: np.ndarray, by_device: np.ndarray,
+                observation: np.ndarray) -> Targets:
+        """What each lever would do now. One pipeline: the kernel's re-plan (exactly simulated). Replicas:
+        every lever predicted with each replica's pipeline as its fill plus one bottleneck per further
+        micro-batch, the slowest replica then the gradient sync; the re-plan tries the partition optimal for
+        every stage's worst device and each of the two most slowed replicas' own."""
+        planner, split = self.planner, self.split
+        if planner.replicas == 1:
+            now_ms, replan_ms, replan_stall = figures
+            return Targets(replan, split, (replan, split), np.array([now_ms, replan_ms, now_ms, replan_ms,
+                                                                     replan_stall, 0.0, replan_stall]))
+        links = np.ascontiguousarray(self.link_estimate[:max(planner.num_stages - 1, 1)])
+        slowest = np.argsort(-by_device.max(axis=1))[:1]
+        candidates = list(dict.fromkeys([current, replan, *(planner.plan(by_device[r]) for r in slowest)]))
+        sync = np.array([self._sync_ms(c) for c in candidates])
+        with_split, balanced, with_balanced, replica_ms = _lever_kernel(
+            planner.prefix_compute_ms, planner.roundtrip_ms, np.array(candidates, dtype=np.int64), by_device, links,
+            np.asarray(split, dtype=np.float64), planner.num_layers, planner.replicas * planner.microbatches,
+            planner.minimum, sync)
+        now_ms = with_split[0]
+        best = int(np.argmin(with_split))
+        replan_ms, best_replan = (with_split[best], candidates[best]) if with_split[best] < now_ms * (1 - 1e-9) \
+            else (now_ms, current)
+        rebalanced = tuple(int(m) for m in balanced[0])
+        rebalance_ms = with_balanced[0]
+        pick = int(np.argmin(with_balanced))
+        both, both_split, both_ms = candidates[pick], tuple(int(m) for m in balanced[pick]), with_balanced[pick]
+        iteration_ms = self.latest.iteration_ms if self.latest is not None else now_ms
+        replan_stall = planner.stall_s(current, best_replan)
+        rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
+        both_stall = planner.change_stall_s((current, split), (both, both_split), iteration_ms)
+        base = self._replica_base
+        width = REPLICA_FEATURES + self.s_max
+        for r in range(planner.replicas):
+            slot = base + r * width
+            observation[slot] = 1.0
+            observation[slot + 1] = split[r] / planner.microbatches - 1.0
+            observation[slot + 2] = by_device[r].max() - 1.0
+            observation[slot + 3] = replica_ms[r] / replica_ms.mean() - 1.0
+            observation[slot + REPLICA_FEATURES:slot + REPLICA_FEATURES + planner.num_stages] = by_device[r] - 1.0
+        return Targets(best_replan, rebalanced, (both, both_split),
+                       np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
+
+    def _sync_ms(self, boundaries: tuple[int, ...]) -> float:
+        """The slowest stage group's gradient sync with ``boundaries``, ms (cached)."""
+        found = self._sync_cache.get(boundaries)
+        if found is None:
+            planner = self.planner
+            found = self._sync_cache[boundaries] = float(
+                planner.costs.sync_ms(boundaries, planner.replicas, planner.bandwidth_gbps).max())
+        return found
+
+    def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats) -> None:
+        """The ski-rental counts, the past slowdowns and the levers' figures in the global block."""
+        planner, targets = self.planner, self.targets
+        now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures
+        noise, transient = self.estimate_noise, self.transient
+        self.lost_time.update(now_ms, replan_ms, noise, stats, targets.replan != stats.boundaries, transient)
+        self.rebalance_lost_time.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != self.split, transient)
+        unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
+        g = self._global_base
+        observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
+        observation[g + G.REPLAN_COST] = replan_stall / unit_s
+        observation[g + G.DISPERSION] = self._state[3]
+        observation[g + G.NOISE] = noise
+        observation[g + G.LOST] = self.lost_time.lost_s / max(replan_stall, 1e-9) if self.lost_time.lost_s else 0.0
+        observation[g + G.HELD] = math.log1p(self.lost_time.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
+        if self.past_slowdowns:
+            observation[g + G.PAST_COUNT] = math.log1p(len(self.past_slowdowns)) / math.log1p(PAST_SLOWDOWNS)
+            observation[g + G.PAST_MEDIAN] = math.log1p(self._past_median / ITERATIONS_UNIT) / LOG_SPAN
+        observation[g + G.PAST_LONGER] = self.imbalance_survival()
+        observation[g + G.REBALANCE_GAIN] = now_ms / rebalance_ms - 1.0
+        observation[g + G.REBALANCE_COST] = rebalance_stall / unit_s
+        observation[g + G.REBALANCE_LOST] = (self.rebalance_lost_time.lost_s / max(rebalance_stall, 1e-9)
+                                             if self.rebalance_lost_time.lost_s else 0.0)
+        observation[g + G.BOTH_GAIN] = now_ms / both_ms - 1.0
+        observation[g + G.BOTH_COST] = both_stall / unit_s
+        observation[g + G.REPLICAS] = planner.replicas / self.d_max
+        observation[g + G.SYNC] = (float(stats.sync_ms.max()) / max(stats.iteration_ms, 1e-9)
+                                   if stats.sync_ms is not None and len(stats.sync_ms) else 0.0)
+
+    # --- actions ---------------------------------------------------------------------------------
+
+    def action_mask(self, boundaries: tuple[int, ...], split: tuple[int, ...] | None = None) -> np.ndarray:
+        """Valid actions: keep always; a re-plan, rebalance or both when it changes what runs; moves that
+        keep every stage non-empty and within the memory cap, on boundaries the pipeline has."""
+        split = self.split if split is None else tuple(split)
+        key = (tuple(boundaries), split, self.targets.replan, self.targets.rebalance, self.targets.both)
         if self._mask_cache is not None and self._mask_cache[0] == key:
             return self._mask_cache[1].copy()
-        mask = self._compute_mask(boundaries)
+        mask = self._compute_mask(tuple(boundaries), split)
         self._mask_cache = (key, mask)
         return mask.copy()
 
-    def _compute_mask(self, boundaries: tuple[int, ...]) -> np.ndarray:
+    def _compute_mask(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> np.ndarray:
         mask = np.zeros(self.layout.num_actions, dtype=bool)
         mask[KEEP] = True
-        mask[REPLAN] = tuple(self.replan_boundaries) != tuple(boundaries)
+        mask[REPLAN] = self.targets.replan != boundaries
+        mask[REBALANCE] = self.targets.rebalance != split
+        mask[BOTH] = self.targets.both != (boundaries, split) and self.targets.both not in (
+            (self.targets.replan, split), (boundaries, self.targets.rebalance))
         edges = stage_edges(boundaries, self.planner.num_layers).tolist()
         for boundary in range(1, len(boundaries)):
             for delta in (-1, +1):
@@ -242,21 +477,27 @@ class ObservationEncoder:
                     mask[self.layout.move_action(boundary, delta)] = fits
         return mask
 
-    def decode(self, action: int, boundaries: tuple[int, ...]) -> tuple[int, ...] | None:
-        """The partition an action asks for, or ``None`` if it is invalid here."""
-        if not 0 <= action < self.layout.num_actions or not self.action_mask(boundaries)[action]:
+    def decode(self, action: int, boundaries: tuple[int, ...],
+               split: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The partition and split an action asks for, or ``None`` if it is invalid here."""
+        split = self.split if split is None else tuple(split)
+        if not 0 <= action < self.layout.num_actions or not self.action_mask(boundaries, split)[action]:
             return None
         if action == KEEP:
-            return tuple(boundaries)
+            return tuple(boundaries), split
         if action == REPLAN:
-            return tuple(self.replan_boundaries)
+            return self.targets.replan, split
+        if action == REBALANCE:
+            return tuple(boundaries), self.targets.rebalance
+        if action == BOTH:
+            return self.targets.both
         boundary, delta = self.layout.move(action)
         moved = list(boundaries)
         moved[boundary] += delta
-        return tuple(moved)
+        return tuple(moved), split
 
 
-# --- the compiled kernel --------------------------------------------------------------------------
+# --- the compiled kernels ---------------------------------------------------------------------------
 
 @njit(cache=True)
 def _stage_times(prefix, roundtrip, boundaries, slowdown, num_layers, link_factor):  # pragma: no cover
@@ -269,6 +510,41 @@ def _stage_times(prefix, roundtrip, boundaries, slowdown, num_layers, link_facto
         if s + 1 < num_stages:
             times[s] += roundtrip[end - 1] / link_factor[s]
     return times
+
+
+@njit(cache=True)
+def _replica_shape(prefix, roundtrip, boundaries, by_device, link_factor, num_layers):  # pragma: no cover
+    """Each replica's pipeline as (fill, bottleneck), ms: one micro-batch crosses every stage, each further
+    one costs the replica's bottleneck stage time."""
+    replicas = by_device.shape[0]
+    fill, step = np.empty(replicas), np.empty(replicas)
+    for r in range(replicas):
+        times = _stage_times(prefix, roundtrip, boundaries, by_device[r], num_layers, link_factor)
+        fill[r], step[r] = times.sum(), times.max()
+    return fill, step
+
+
+@njit(cache=True)
+def _lever_kernel(prefix, roundtrip, candidates, by_device, link_factor, split, num_layers, total, minimum,
+                  sync):  # pragma: no cover
+    """For each candidate partition (row 0: the current one): the job's predicted iteration time with the
+    current ``split``, the split that best fits the replicas' estimated speeds, the time with it (ms),
+    and each replica's pipeline time now. A replica's pipeline is its fill plus one bottleneck per further
+    micro-batch; the job waits for the slowest, then the gradient sync ``sync[c]``."""
+    count, replicas = candidates.shape[0], by_device.shape[0]
+    with_split, with_balanced = np.empty(count), np.empty(count)
+    balanced = np.empty((count, replicas), dtype=np.int64)
+    now = np.empty(replicas)
+    for c in range(count):
+        fill, step = _replica_shape(prefix, roundtrip, candidates[c], by_device, link_factor, num_layers)
+        times = fill + (split - 1.0) * step
+        if c == 0:
+            now[:] = times
+        with_split[c] = times.max() + sync[c]
+        counts = greedy_split(fill, step, total, minimum)
+        balanced[c] = counts
+        with_balanced[c] = (fill + (counts - 1.0) * step).max() + sync[c]
+    return with_split, balanced, with_balanced, now
 
 
 @njit(cache=True)
@@ -318,33 +594,43 @@ def _stall_s(state_bytes, old, new, num_layers, overhead_s, bandwidth_gbps):  # 
 
 
 @njit(cache=True)
-def _record_loads(loads, state, elevated, load, iterations, stall_s, history):  # pragma: no cover
-    """Shift one interval's loads into the history and update the timer-noise estimate, the time since
-    the last repartition and how long each device has been loaded; returns the slowdown estimate:
-    each device's loads averaged back to the last change."""
-    num_stages = load.shape[0]
+def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, history, ended,
+                  compute_cv):  # pragma: no cover
+    """Shift one interval's device loads into the history and update the timer-noise estimate, the
+    dispersion estimate (from each stage's ``compute_cv``, the median), the time since the last
+    repartition, how long each device has been loaded (``ended[d]``: the length of a slowdown of device d
+    that ended now, else 0) and each device's steady estimate (``steady[0]``: its mean load since its last
+    change, ``steady[1]``: the intervals in that mean; a load more than ``CHANGE_TOLERANCE`` off the mean
+    starts it again). Returns the slowdown estimate: each device's steady mean."""
+    devices = load.shape[0]
     clipped = np.minimum(np.maximum(load, 1.0 / MAX_SLOWDOWN_ESTIMATE), MAX_SLOWDOWN_ESTIMATE)
     for row in range(history - 1, 0, -1):  # newest first
         loads[row] = loads[row - 1]
     loads[0] = clipped
     state[0] += 1.0
-    recorded = int(min(state[0], history))
-    if recorded > 1:  # timer noise: the median change of a stage's log load (a real change moves few stages)
+    if state[0] > 1:  # timer noise: the median change of a device's log load (a real change moves few devices)
         sample = np.median(np.abs(np.log(clipped / loads[1]))) * MEDIAN_ABS_DIFF_TO_SIGMA
         weight = max(1.0 / (state[0] - 1.0), NOISE_MEMORY)  # a plain mean at first, then a running one
         state[2] += weight * (sample - state[2])
-    slowdown = np.empty(num_stages)
-    for s in range(num_stages):
-        total, count = 0.0, 0
-        for row in range(recorded):
-            if abs(loads[row, s] - clipped[s]) > CHANGE_TOLERANCE * clipped[s]:
-                break
-            total += loads[row, s]
-            count += 1
-        slowdown[s] = total / count
-        elevated[s] = elevated[s] + iterations if slowdown[s] > ELEVATED_LOAD else 0.0
+    for d in range(devices):
+        if steady[1, d] == 0 or abs(clipped[d] - steady[0, d]) > CHANGE_TOLERANCE * steady[0, d]:
+            steady[0, d], steady[1, d] = clipped[d], 1.0
+        else:
+            steady[1, d] += 1.0
+            steady[0, d] += (clipped[d] - steady[0, d]) / steady[1, d]
+    typical = np.median(steady[0])  # a device is loaded relative to the others: what slows all is no imbalance
+    for d in range(devices):
+        if steady[0, d] > ELEVATED_LOAD * max(typical, 1.0):
+            elevated[d] += iterations
+        else:
+            ended[d] = elevated[d]
+            elevated[d] = 0.0
     state[1] = 0.0 if stall_s > 0 else state[1] + iterations
-    return slowdown
+    state[4] = steady[1].min()
+    if compute_cv.shape[0]:
+        weight = max(1.0 / state[0], NOISE_MEMORY)  # a plain mean at first, then a running one
+        state[3] += weight * (np.median(compute_cv) - state[3])
+    return steady[0].copy()
 
 
 @njit(cache=True)
@@ -372,23 +658,23 @@ def _replan_target(replan, current, slowdown, link_factor, num_layers, compute, 
 
 
 @njit(cache=True)
-def _encode(observation, replan, link_estimate, figures, loads, state, elevated, load, compute_ms, comm_ms, idle_ms,
-            num_layers_held, iteration_ms, iterations, stall_s, current, microbatches, s_max, history, num_layers,
-            ideal_stage_ms,
-            ideal_iteration_ms, compute, prefix, roundtrip, roundtrip_by_stage, state_bytes, activation_bytes,
-            inflight, memory_cap, op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
-            link_ms_after, overhead_s, bandwidth_gbps, one_layer_stall_s):  # pragma: no cover
-    """Record one interval in the encoder's state and fill ``observation``, ``replan`` (the re-plan
-    target; ``replan[0] = -1`` if none fits), ``link_estimate`` and ``figures`` (predicted iteration
-    ms now and after the re-plan, its stall s). Returns the slowdown estimate."""
+def _encode(observation, replan, link_estimate, figures, loads, state, elevated, slowdown, compute_ms, comm_ms,
+            idle_ms, num_layers_held, compute_cv, iteration_ms, stall_s, current, microbatches, s_max, history,
+            num_layers, ideal_stage_ms, ideal_iteration_ms, compute, prefix, roundtrip, roundtrip_by_stage,
+            state_bytes, activation_bytes, inflight, memory_cap, op_stage, op_backward, op_producer, op_link,
+            op_microbatch, prefix_fwd, prefix_bwd, link_ms_after, overhead_s, bandwidth_gbps, one_layer_stall_s,
+            g):  # pragma: no cover
+    """Fill the per-stage and per-boundary parts of ``observation`` and the first global features (from
+    position ``g``), ``replan`` (the layer re-plan's target; ``replan[0] = -1`` if none fits),
+    ``link_estimate`` and ``figures`` (predicted iteration ms now and after the re-plan, its stall s), from
+    each stage's figures, ``slowdown`` estimate and ``loads`` history (newest first)."""
     num_stages = current.shape[0]
-    slowdown = _record_loads(loads, state, elevated, load, iterations, stall_s, history)
     _estimate_links(link_estimate, comm_ms, current, link_ms_after, microbatches)
     moved, current_worst = _replan_target(replan, current, slowdown, link_estimate, num_layers, compute, prefix,
                                           roundtrip, roundtrip_by_stage, state_bytes, activation_bytes, inflight,
                                           memory_cap)
     if replan[0] < 0:
-        return slowdown
+        return
     recorded = int(min(state[0], history))
     width = STAGE_FEATURES + history - 1
     for s in range(num_stages):
@@ -400,15 +686,24 @@ def _encode(observation, replan, link_estimate, figures, loads, state, elevated,
         observation[base + 4] = idle_ms[s] / iteration_ms
         observation[base + 5] = comm_ms[s] / iteration_ms
         observation[base + 6] = math.log1p(elevated[s] / ITERATIONS_UNIT) / LOG_SPAN
+        observation[base + 7] = compute_cv[s]
         for row in range(1, recorded):
             observation[base + STAGE_FEATURES + row - 1] = loads[row, s] - 1.0
     moves = move_bottlenecks_kernel(prefix, roundtrip, current, slowdown, num_layers, link_estimate)
     base = s_max * width
+    most_bound = 0.0
     for b in range(num_stages - 1):
         for k in range(2):
             value = moves[b, k] / current_worst - 1.0
             observation[base + BOUNDARY_FEATURES * b + k] = 0.0 if np.isnan(value) else value
         observation[base + BOUNDARY_FEATURES * b + 2] = 1.0 / link_estimate[b] - 1.0
+        edge = current[b + 1]
+        after = current[b + 2] if b + 2 < num_stages else num_layers
+        slower = max((prefix[edge] - prefix[current[b]]) * slowdown[b],
+                     (prefix[after] - prefix[edge]) * slowdown[b + 1])
+        bound = roundtrip[edge - 1] / link_estimate[b] / max(slower, 1e-12)
+        observation[base + BOUNDARY_FEATURES * b + 3] = bound
+        most_bound = max(most_bound, bound)
 
     unit_s = ITERATIONS_UNIT * iteration_ms / 1e3  # the duration unit's length now, s
     predicted_now = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
@@ -419,13 +714,9 @@ def _encode(observation, replan, link_estimate, figures, loads, state, elevated,
                                        prefix_bwd, link_ms_after, replan, slowdown, num_layers, link_estimate)
         replan_stall_s = _stall_s(state_bytes, current, replan, num_layers, overhead_s, bandwidth_gbps)
     figures[0], figures[1], figures[2] = predicted_now, predicted_replan, replan_stall_s
-    g = observation.shape[0] - GLOBAL_FEATURES
     observation[g] = math.log1p(state[1] / ITERATIONS_UNIT) / LOG_SPAN
-    observation[g + 1] = predicted_now / predicted_replan - 1.0
-    observation[g + 2] = replan_stall_s / unit_s
     observation[g + 3] = ideal_iteration_ms / iteration_ms
     observation[g + 4] = num_stages / s_max
     observation[g + 5] = stall_s / unit_s
     observation[g + 6] = one_layer_stall_s / unit_s
-    observation[g + 7] = state[2]
-    return slowdown
+    observation[g + 20] = most_bound

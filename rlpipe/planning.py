@@ -15,6 +15,7 @@ from numba import njit
 from rlpipe.partition import Partition, bottleneck_dp, inflight_microbatches, link_transfer_ms, stage_edges
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import MigrationCost, PipelineCosts
+from rlpipe.split import balanced_split, even_split, minimum_per_replica
 
 MAX_SLOWDOWN_ESTIMATE = 20.0
 
@@ -24,27 +25,31 @@ class StatsError(ValueError):
 
 
 class Planner:
-    """Plans for one pipeline: a profile on ``num_stages`` devices under a schedule.
+    """Plans for one job: a profile on ``replicas`` x ``num_stages`` devices under a schedule.
 
     Args:
         profile: per-layer costs.
-        num_stages: pipeline stages (devices).
+        num_stages: pipeline stages (devices per replica).
         schedule: ``"1f1b"`` or ``"gpipe"``.
-        microbatches: micro-batches per iteration.
-        bandwidth_gbps: link bandwidth between stages, Gbit/s (``inf``: free communication).
+        microbatches: micro-batches per replica per iteration at the even split (M).
+        bandwidth_gbps: link bandwidth between stages and between replicas, Gbit/s (``inf``: free).
         migration: the cost model of moving layers.
         memory_cap_bytes: per-stage memory cap, bytes (``None``: uncapped).
+        replicas: data-parallel replicas of the pipeline (D).
     """
 
     def __init__(self, profile: LayerProfile, num_stages: int, schedule: str = "1f1b", microbatches: int = 8,
                  bandwidth_gbps: float = math.inf, migration: MigrationCost | None = None,
-                 memory_cap_bytes: float | None = None):
+                 memory_cap_bytes: float | None = None, replicas: int = 1):
         self.profile = profile
         self.costs = PipelineCosts(profile)
         self.num_layers = profile.num_layers
         self.num_stages = num_stages
         self.schedule = schedule
         self.microbatches = microbatches
+        self.replicas = replicas
+        self.minimum = minimum_per_replica(schedule, num_stages)
+        self.even = even_split(replicas, microbatches)
         self.bandwidth_gbps = bandwidth_gbps
         self.migration = migration or MigrationCost()
         self.memory_cap_bytes = memory_cap_bytes
@@ -110,6 +115,39 @@ class Planner:
     def stall_s(self, old: tuple[int, ...], new: tuple[int, ...]) -> float:
         """Seconds a repartition from ``old`` to ``new`` stops training."""
         return self.migration.stall_s(self.costs.state_bytes, old, new)
+
+    def rebalance_stall_s(self, old: tuple[int, ...], new: tuple[int, ...], iteration_ms: float) -> float:
+        """Seconds a new micro-batch split stops training: no state moves, but every stage is rebuilt and
+        its first iteration infers shapes again, about one more iteration (of ``iteration_ms``)."""
+        return 0.0 if tuple(old) == tuple(new) else iteration_ms / 1e3
+
+    def change_stall_s(self, old: tuple[tuple[int, ...], tuple[int, ...]], new: tuple[tuple[int, ...], tuple[int, ...]],
+                       iteration_ms: float) -> float:
+        """Seconds going from one plan (partition, split) to another stops training: a repartition's stall
+        covers the rebuild a new split needs too."""
+        return max(self.stall_s(old[0], new[0]), self.rebalance_stall_s(old[1], new[1], iteration_ms))
+
+    def predict_job_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], slowdown: np.ndarray,
+                       links: np.ndarray | None = None) -> float:
+        """Simulated iteration time of the job: ``boundaries`` in every replica, replica r running
+        ``split[r]`` micro-batches on devices ``slowdown[r]`` times slower (shape (D, S)), with pipeline
+        link factors ``links`` ((D, S - 1); ``None``: nominal), then the gradient sync, ms."""
+        return self.costs.simulate_hybrid(boundaries, self.schedule, split, slowdown, self.bandwidth_gbps,
+                                          links).iteration_ms
+
+    def balanced_split(self, boundaries: tuple[int, ...], slowdown: np.ndarray,
+                       links: np.ndarray | None = None) -> tuple[int, ...]:
+        """The micro-batch split that best fits the replicas' estimated speeds: each replica's pipeline
+        time taken as linear in its micro-batches (two simulated points), the slowest minimised."""
+        if self.replicas == 1:
+            return self.even
+        low, high = self.minimum, max(self.microbatches, self.minimum + 1)
+        points = np.array([[self.costs.simulate(boundaries, self.schedule, m, slowdown[r], self.bandwidth_gbps,
+                                                None if links is None else links[r]).iteration_ms for m in (low, high)]
+                           for r in range(self.replicas)])
+        step = (points[:, 1] - points[:, 0]) / (high - low)
+        return balanced_split(points[:, 0] - (low - 1) * step, step, self.replicas * self.microbatches,
+                              self.minimum)
 
     def fits_memory(self, boundaries: tuple[int, ...]) -> bool:
         if self.memory_cap_bytes is None:

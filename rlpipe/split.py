@@ -10,7 +10,10 @@ it takes effect at the next iteration.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
 
 from rlpipe.errors import InputError
 
@@ -58,23 +61,35 @@ def check_split(split: Sequence[int], replicas: int, microbatches: int, schedule
     return values
 
 
-def balanced_split(replica_ms: Callable[[int, int], float], replicas: int, total: int,
-                   minimum: int) -> tuple[int, ...]:
-    """The split of ``total`` micro-batches that minimises the slowest replica's time, greedily: every
-    replica starts at ``minimum``, then each further micro-batch goes where the slowest replica time
-    after adding it is smallest (exact when a replica's time grows with its micro-batches, as a
-    pipeline's does).
+def balanced_split(fill_ms: Sequence[float], step_ms: Sequence[float], total: int, minimum: int) -> tuple[int, ...]:
+    """The split of ``total`` micro-batches that minimises the slowest replica's time, each replica's time
+    with m micro-batches taken as ``fill_ms[r] + (m - 1) step_ms[r]`` (its pipeline's fill, then one
+    bottleneck per further micro-batch): every replica starts at ``minimum``, then each further micro-batch
+    goes where the time after adding it is smallest (optimal for such linear times).
 
     Args:
-        replica_ms: ``replica_ms(r, m)``, replica r's iteration time with m micro-batches, ms.
-        replicas: D.
+        fill_ms: each replica's time with one micro-batch, ms.
+        step_ms: what each further micro-batch adds, ms.
         total: micro-batches to share.
         minimum: the fewest a replica may run.
     """
+    replicas = len(fill_ms)
     if total < replicas * minimum:
         raise InputError(f"{total} micro-batches cannot give {replicas} replicas {minimum} each")
-    split = [minimum] * replicas
+    counts = greedy_split(np.asarray(fill_ms, dtype=np.float64), np.asarray(step_ms, dtype=np.float64), total,
+                           minimum)
+    return tuple(int(m) for m in counts)
+
+
+@njit(cache=True)
+def greedy_split(fill, step, total, minimum):  # pragma: no cover
+    replicas = fill.shape[0]
+    counts = np.full(replicas, minimum, dtype=np.int64)
     for _ in range(total - replicas * minimum):
-        best = min(range(replicas), key=lambda r: (replica_ms(r, split[r] + 1), r))
-        split[best] += 1
-    return tuple(split)
+        best, best_ms = 0, np.inf
+        for r in range(replicas):
+            after = fill[r] + counts[r] * step[r]  # its time with one more micro-batch
+            if after < best_ms:
+                best, best_ms = r, after
+        counts[best] += 1
+    return counts

@@ -3,20 +3,27 @@
 
 from __future__ import annotations
 
-from rlpipe.agents.heuristics import DynPipePolicy, GreedyPolicy, OraclePolicy, StaticPolicy, ThresholdPolicy
+from rlpipe.agents.heuristics import (
+    DynPipePolicy,
+    FalconPolicy,
+    GreedyPolicy,
+    OraclePolicy,
+    StaticPolicy,
+    ThresholdPolicy,
+)
 from rlpipe.decision import DecisionContext, Policy
 from rlpipe.errors import InputError
 
 HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "threshold": ThresholdPolicy,
-              "oracle": OraclePolicy}
+              "falcon": FalconPolicy, "oracle": OraclePolicy}
 
 
-FALLBACKS = ("static", "greedy", "dynpipe", "threshold")  # what can decide when the learned policy cannot
+FALLBACKS = ("static", "greedy", "dynpipe", "threshold", "falcon")  # what decides when the learned policy cannot
 
 
 def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Policy:
-    """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``oracle``, ``ppo`` or
-    ``ppo:PATH``.
+    """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``oracle``,
+    ``ppo`` or ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
@@ -43,4 +50,4 @@ def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Pol
 
 
 __all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "ThresholdPolicy",
-           "OraclePolicy", "make_policy", "HEURISTICS", "FALLBACKS"]
+           "FalconPolicy", "OraclePolicy", "make_policy", "HEURISTICS", "FALLBACKS"]

@@ -20,7 +20,7 @@ from torch import nn
 from rlpipe.errors import InputError
 from rlpipe.fields import check_field_types
 from rlpipe.files import read_json
-from rlpipe.observation import OBSERVATION_VERSION, ActionLayout, ObservationEncoder
+from rlpipe.observation import DEFAULT_D_MAX, OBSERVATION_VERSION, ActionLayout, ObservationEncoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 MAX_S_MAX, MAX_HISTORY, MAX_WIDTH = 64, 64, 65_536
@@ -37,8 +37,10 @@ class ArtifactMeta:
     num_actions: int
     hidden_sizes: list[int]
     activation: str = "tanh"
-    action_layout: str = "0 keep, 1 replan, 2+2(i-1) boundary i -1, 3+2(i-1) boundary i +1"
+    action_layout: str = ("0 keep, 1 replan, 2 rebalance, 3 replan+rebalance, 4+2(i-1) boundary i -1, "
+                          "5+2(i-1) boundary i +1")
     training: dict[str, Any] = field(default_factory=dict)
+    d_max: int = DEFAULT_D_MAX
 
 
 class Actor(nn.Module):
@@ -85,9 +87,9 @@ def read_meta(metadata: Path) -> ArtifactMeta:
     except TypeError as err:
         raise InputError(f"{metadata}: not a policy description ({err})") from None
     check_field_types(meta, str(metadata))
-    if not 2 <= meta.s_max <= MAX_S_MAX or not 1 <= meta.history <= MAX_HISTORY:
-        raise InputError(f"{metadata}: s_max {meta.s_max} / history {meta.history} out of range "
-                         f"(2-{MAX_S_MAX} / 1-{MAX_HISTORY})")
+    if not 2 <= meta.s_max <= MAX_S_MAX or not 1 <= meta.history <= MAX_HISTORY or not 1 <= meta.d_max <= MAX_S_MAX:
+        raise InputError(f"{metadata}: s_max {meta.s_max} / history {meta.history} / d_max {meta.d_max} out of range "
+                         f"(2-{MAX_S_MAX} / 1-{MAX_HISTORY} / 1-{MAX_S_MAX})")
     if not meta.hidden_sizes or not all(1 <= width <= MAX_WIDTH for width in meta.hidden_sizes):
         raise InputError(f"{metadata}: hidden_sizes: expected widths in 1-{MAX_WIDTH}, got {meta.hidden_sizes}")
     if meta.activation not in ACTIVATIONS:
@@ -115,10 +117,10 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
     if s_max is not None and meta.s_max != s_max:
         raise InputError(f"{metadata}: trained for up to {meta.s_max} stages (s_max), "
                          f"the observation here is laid out for {s_max}")
-    expected_size = ObservationEncoder.size_for(meta.s_max, meta.history)
+    expected_size = ObservationEncoder.size_for(meta.s_max, meta.history, meta.d_max)
     if meta.observation_size != expected_size or meta.num_actions != ActionLayout(meta.s_max).num_actions:
         raise InputError(f"{metadata}: observation size {meta.observation_size} / {meta.num_actions} actions "
-                         f"do not match s_max {meta.s_max}, history {meta.history}")
+                         f"do not match s_max {meta.s_max}, history {meta.history}, d_max {meta.d_max}")
     actor = Actor(meta.observation_size, meta.hidden_sizes, meta.num_actions, meta.activation)
     try:
         state = torch.load(weights, weights_only=True, map_location="cpu")

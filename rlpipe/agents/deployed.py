@@ -26,7 +26,8 @@ class PPOPolicy(PolicyBase):
     """The deployed PPO actor with a heuristic fallback.
 
     Falls back (and counts why) when the artifact did not load, when the pipeline has more stages
-    than the artifact's ``s_max``, when the observation does not match its layout, or when the
+    than the artifact's ``s_max`` (or more replicas than its ``d_max``), when the observation does not
+    match its layout, or when the
     observation holds non-finite values.
 
     Args:
@@ -44,7 +45,7 @@ class PPOPolicy(PolicyBase):
         self.fallback = fallback or DynPipePolicy()
         self.load_error = load_error
         self.name = name
-        self.observation_layout = None if meta is None else (meta.s_max, meta.history)
+        self.observation_layout = None if meta is None else (meta.s_max, meta.history, meta.d_max)
 
     def reset(self) -> None:
         self.fallback.reset()
@@ -54,6 +55,8 @@ class PPOPolicy(PolicyBase):
             return f"artifact unavailable ({self.load_error})"
         if context.encoder.planner.num_stages > self.meta.s_max:
             return f"{context.encoder.planner.num_stages} stages exceed the artifact's s_max {self.meta.s_max}"
+        if context.encoder.planner.replicas > self.meta.d_max:
+            return f"{context.encoder.planner.replicas} replicas exceed the artifact's d_max {self.meta.d_max}"
         if observation is None or np.shape(observation) != (self.meta.observation_size,):
             return "observation missing or of another layout"
         if not np.all(np.isfinite(observation)):

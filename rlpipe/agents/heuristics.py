@@ -4,7 +4,11 @@
 - :class:`GreedyPolicy`: one layer off the slowest stage toward its faster neighbour.
 - :class:`DynPipePolicy`: DynPipe's trigger-and-replan rule.
 - :class:`ThresholdPolicy`: the ski-rental rule: re-plan once the lost time pays the stall.
-- :class:`OraclePolicy`: simulation only; sees the future and prices migrations.
+- :class:`FalconPolicy`: FALCON's escalation for replicated jobs: micro-batches first, then layers.
+- :class:`OraclePolicy`: simulation only; sees the future and prices migrations and rebalances.
+
+``threshold``, ``dynpipe`` and ``greedy`` act on layers only, as their papers do; ``falcon`` and the
+oracle also move micro-batches between data-parallel replicas.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
-from rlpipe.observation import KEEP, REPLAN, LostTime
+from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, LostTime, ObservationEncoder
 
 
 @dataclass
@@ -135,24 +139,32 @@ class DynPipePolicy(PolicyBase):
 @dataclass
 class ThresholdPolicy(PolicyBase):
     """The ski-rental rule (Greyhound, USENIX ATC'25): re-plan once the time already lost to the
-    current imbalance reaches the re-plan's stall, and only for a gain above the measured timer noise.
+    current imbalance reaches the re-plan's stall, for a gain the estimates can vouch for, and only for an
+    imbalance this run's history says is likely to last.
 
     The count is :class:`~rlpipe.observation.LostTime` (the observation carries the same count with
     the default arguments): while the re-plan's predicted gain exceeds ``max(min_gain, noise_multiple x
-    the measured timer noise)``, each interval adds the time it lost. Once that reaches the re-plan's
-    stall, and the gain has held for ``confirm_intervals`` intervals in a row (one noisy interval among
-    many stages is no imbalance), re-plan. Against a clairvoyant that knows how long the imbalance
-    lasts, paying at most the stall twice is the classic 2-competitive bound.
+    the noise of the slowdown estimates)`` (the timer noise over the square root of the intervals behind
+    them, so a small lasting loss is acted on once it is sure), each interval adds the time it lost. Once
+    that reaches the re-plan's stall, the gain has held for ``confirm_intervals`` intervals in a row (one
+    noisy interval among many stages is no imbalance; an interval whose conditions changed within it, as
+    its compute's dispersion shows, neither counts nor breaks the run), and the slowdowns this run has seen end say the
+    imbalance is at least ``min_survival`` likely to last as long again (short pauses, such as garbage
+    collection, that always end soon are held through), re-plan. Against a clairvoyant that knows how
+    long the imbalance lasts, paying at most the stall twice is the classic 2-competitive bound.
 
     Args:
         min_gain: the smallest predicted gain acted on (0.03: 3%).
-        noise_multiple: the gain must also exceed this many times the measured timer noise (sigma).
+        noise_multiple: the gain must also exceed this many times the noise of the estimates.
         confirm_intervals: intervals in a row the gain must hold before a re-plan.
+        min_survival: the least likelihood (the encoder's ``imbalance_survival``) that the imbalance lasts
+            as long again (0.3; with no slowdown ended yet it is 0.5).
     """
 
     min_gain: float = 0.03
     noise_multiple: float = 3.0
     confirm_intervals: int = 2
+    min_survival: float = 0.3
     name: str = "threshold"
     _count: LostTime = field(default_factory=LostTime, init=False)
 
@@ -164,26 +176,98 @@ class ThresholdPolicy(PolicyBase):
 
     def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
         encoder = context.encoder
-        now_ms, after_ms, stall_s = encoder.replan_figures
         if encoder.latest is None:
             return KEEP
-        self._count.update(now_ms, after_ms, encoder.noise_level, encoder.latest, bool(mask[REPLAN]))
-        if self._count.lost_s >= stall_s and self._count.held_intervals >= self.confirm_intervals:
+        if ski_rental_fires(self._count, encoder.replan_figures, encoder, bool(mask[REPLAN]), self.confirm_intervals,
+                            self.min_survival):
             self._count.reset()
             return REPLAN
         return KEEP
 
 
+def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder, possible: bool,
+                     confirm_intervals: int, min_survival: float) -> bool:
+    """Count one interval for an action with ``figures`` (predicted iteration ms now, after it, its stall s);
+    whether the action pays now: its lost time has reached its stall, its gain held ``confirm_intervals``
+    intervals and the imbalance is likely enough to last."""
+    now_ms, after_ms, stall_s = figures
+    assert encoder.latest is not None
+    count.update(now_ms, after_ms, encoder.estimate_noise, encoder.latest, possible, encoder.transient)
+    return (possible and count.lost_s >= stall_s and count.held_intervals >= confirm_intervals
+            and encoder.imbalance_survival() >= min_survival)
+
+
+@dataclass
+class FalconPolicy(PolicyBase):
+    """FALCON (Alibaba, USENIX ATC'25): mitigate a straggler in a replicated job with the cheap lever
+    first, the costly one once the slowdown lasts.
+
+    Two ski-rental counts (:class:`~rlpipe.observation.LostTime`) run side by side: the time lost to the
+    replicas' imbalance, against a rebalance of micro-batches (its stall: stages rebuilt, no state moved),
+    and the time lost to every imbalance, against a re-split of the layers in every replica with the split
+    that fits it (its stall: the layers' parameters and optimizer state moved). Each acts once its count
+    reaches its stall, its gain has held ``confirm_intervals`` intervals in a row and the imbalance is
+    likely to last (as the threshold rule judges them). A rebalance costs less, so it fires first, and the
+    counts start again from the rebalanced job; the re-split follows when what is still lost outlasts its
+    larger stall. On one pipeline it is the threshold rule.
+
+    Args (the threshold rule's, same defaults): min_gain (0.03), noise_multiple (3), confirm_intervals (2),
+    min_survival (0.3).
+    """
+
+    min_gain: float = 0.03
+    noise_multiple: float = 3.0
+    confirm_intervals: int = 2
+    min_survival: float = 0.3
+    name: str = "falcon"
+    _rebalance: LostTime = field(default_factory=LostTime, init=False)
+    _replan: LostTime = field(default_factory=LostTime, init=False)
+
+    def __post_init__(self) -> None:
+        self._rebalance = LostTime(self.min_gain, self.noise_multiple)
+        self._replan = LostTime(self.min_gain, self.noise_multiple)
+
+    def reset(self) -> None:
+        self._rebalance.reset()
+        self._replan.reset()
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        encoder = context.encoder
+        if encoder.latest is None:
+            return KEEP
+        if encoder.planner.replicas == 1:  # one pipeline: the threshold rule
+            if ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
+                                self.confirm_intervals, self.min_survival):
+                self._replan.reset()
+                return REPLAN
+            return KEEP
+        rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
+                                     self.confirm_intervals, self.min_survival)
+        targets = encoder.targets  # the re-split comes with the split that fits it: which action reaches it
+        both_action = next((action for action, plan in ((REPLAN, (targets.replan, encoder.split)),
+                                                        (REBALANCE, (context.boundaries, targets.rebalance)))
+                            if plan == targets.both and mask[action]), BOTH)
+        resplit = ski_rental_fires(self._replan, encoder.both_figures, encoder, bool(mask[both_action]),
+                                   self.confirm_intervals, self.min_survival)
+        if resplit:
+            self.reset()
+            return both_action
+        if rebalance:  # the escalation starts again from the rebalanced job
+            self.reset()
+            return REBALANCE
+        return KEEP
+
+
 @dataclass
 class OraclePolicy(PolicyBase):
-    """Clairvoyant (simulation only): plans the next ``horizon_s`` seconds of the true future.
+    """Clairvoyant (simulation only): plans the next ``horizon_s`` seconds of the true future, both levers.
 
     The horizon is cut into decision epochs as long as the last interval (at most ``max_epochs``
     of them; with shorter intervals an epoch spans several). A dynamic program over
-    (epoch, partition) finds the sequence of partitions that runs the most iterations, each switch
-    paying its migration stall; the first decision of that plan is taken, and the plan is redone
-    at the next interval (receding horizon). Candidates: the current partition and the best
-    partition for the true conditions at now and at each change within the horizon.
+    (epoch, plan) finds the sequence of plans (partition and micro-batch split) that runs the most
+    iterations, each switch paying its stall; the first decision of that plan is taken, and the plan is
+    redone at the next interval (receding horizon). Candidates: the current plan and the best plan for
+    the true conditions at now and at each change within the horizon.
     """
 
     horizon_s: float = 600.0
@@ -195,11 +279,12 @@ class OraclePolicy(PolicyBase):
     def reset(self) -> None:
         pass
 
-    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> tuple[int, ...]:
+    def act(self, observation: np.ndarray, mask: np.ndarray,
+            context: DecisionContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
         future = context.future
         if future is None:
             raise RuntimeError("the oracle policy needs the simulator's future (it cannot run live)")
-        current = tuple(context.boundaries)
+        current = (tuple(context.boundaries), tuple(context.split or context.encoder.split))
         candidates = [current] + [c for c in future.candidates(self.horizon_s, self.max_candidates) if c != current]
         latest = context.encoder.latest
         assert latest is not None  # a decision always follows an observed interval

@@ -50,7 +50,8 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int) -> Demonstrati
         done = False
         while not done and len(actions) < steps:
             mask = env.action_masks()
-            action = int(policy.act(observation, mask, DecisionContext(env.encoder, env.boundaries)))  # type: ignore[arg-type]
+            context = DecisionContext(env.encoder, env.boundaries, split=env.split)
+            action = int(policy.act(observation, mask, context))  # type: ignore[arg-type]
             observations.append(observation)
             masks.append(mask)
             actions.append(action)

@@ -29,7 +29,14 @@ from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.errors import InputError
 from rlpipe.fields import check_field_types
 from rlpipe.files import read_text
-from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, OBSERVATION_VERSION, ActionLayout, ObservationEncoder
+from rlpipe.observation import (
+    DEFAULT_D_MAX,
+    DEFAULT_HISTORY,
+    DEFAULT_S_MAX,
+    OBSERVATION_VERSION,
+    ActionLayout,
+    ObservationEncoder,
+)
 from rlpipe.seeds import HELD_OUT_SEED_BASE
 
 PPO_KEYS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range",
@@ -60,9 +67,11 @@ class TrainConfig:
     eval_episodes: int = 8
     eval_duration_s: float = 1200.0
     imitate: str | None = None  # a heuristic whose decisions the actor learns first (None: from scratch)
-    imitation_steps: int = 500_000
+    imitation_steps: int = 500_000  # at most; a short run imitates in proportion (imitation_share of its steps)
+    imitation_share: float = 0.15
     imitation_epochs: int = 8
-    critic_warmup_steps: int = 200_000  # the critic learns the cloned actor's values, the actor held still
+    critic_warmup_steps: int = 200_000  # the critic learns the cloned actor's values, the actor held still (at
+    # most; a short run in proportion, half the imitation's share)
     checkpoint_freq: int = 100_000
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -101,6 +110,8 @@ class TrainConfig:
         if self.batch_size > self.n_steps * self.n_envs:
             raise InputError(f"{source}: batch_size {self.batch_size}: larger than a rollout "
                              f"(n_steps x n_envs = {self.n_steps * self.n_envs})")
+        if not 0 <= self.imitation_share <= 1:
+            raise InputError(f"{source}: imitation_share: must be in [0, 1], got {self.imitation_share}")
         for name in ("imitation_steps", "critic_warmup_steps", "ent_coef", "vf_coef"):
             if getattr(self, name) < 0:
                 raise InputError(f"{source}: {name}: must be >= 0, got {getattr(self, name)}")
@@ -180,7 +191,10 @@ class EfficiencyEvalCallback(BaseCallback):
         super().__init__()
         env_kwargs = _env_kwargs(config)
         scenarios = list(env_kwargs.get("scenarios", ("heavy", "bursty", "none")))
-        self.episodes = [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(config.eval_episodes)]
+        # a run shorter than its evaluation cadence is scored once, on fewer episodes (in proportion)
+        episodes = config.eval_episodes if config.n_timesteps >= config.eval_freq else min(
+            config.eval_episodes, max(2, config.n_timesteps // 20_000))
+        self.episodes = [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
         self.every_calls = max(config.eval_freq // config.n_envs, 1)
         self.out = out
         self.env = RepartitionEnv(**{**env_kwargs, "duration_s": config.eval_duration_s})
@@ -197,7 +211,8 @@ class EfficiencyEvalCallback(BaseCallback):
             self._evaluate()
 
     def _evaluate(self) -> None:
-        policy = PPOPolicy(*actor_of(self.model, self.env.config.s_max, self.env.config.history))  # as deployed
+        config = self.env.config
+        policy = PPOPolicy(*actor_of(self.model, config.s_max, config.history, config.d_max))  # as deployed
         score = float(np.mean([run_episode(self.env, policy, seed, scenario).efficiency
                                for scenario, seed in self.episodes]))
         self.history.append((self.num_timesteps, score))
@@ -238,8 +253,13 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
     if config.imitate:
         _imitate(model, config, progress)
+    rollout = config.n_steps * config.n_envs  # PPO learns in whole rollouts: the run ends on one
+    total = -(-config.n_timesteps // rollout) * rollout
+    if progress and total != config.n_timesteps:
+        print(f"training {total:,} steps: {config.n_timesteps:,} rounded up to whole rollouts of {rollout:,} "
+              f"({config.n_envs} environments x {config.n_steps} steps)", flush=True)
     try:
-        model.learn(total_timesteps=config.n_timesteps, callback=callbacks, progress_bar=progress,
+        model.learn(total_timesteps=total, callback=callbacks, progress_bar=progress,
                     tb_log_name="ppo")
     finally:  # an interrupted run keeps what it learned
         model.save(out / "final_model.zip")
@@ -251,36 +271,47 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         model = MaskablePPO.load(best, device="cpu")
     history = config.env_kwargs.get("history", DEFAULT_HISTORY)
     s_max = config.env_kwargs.get("s_max", DEFAULT_S_MAX)
+    d_max = config.env_kwargs.get("d_max", DEFAULT_D_MAX)
     calibration = config.env_kwargs.get("calibration")
-    export(model, s_max, history, out, training={
+    export(model, s_max, history, d_max, out, training={
         "config": {**config.__dict__}, "seed": config.seed, "source_revision": _source_revision(),
         "selected": "best on held-out seeds" if best.exists() else "final",
         "calibration": asdict(Calibration.load(calibration)) if isinstance(calibration, str) else None})
     return out / "policy.pt"
 
 
+def imitation_budget(config: TrainConfig) -> tuple[int, int]:
+    """(teacher decisions, critic warm-up steps) of a run: the configured ones, or for a short run its
+    share of the run's steps (so a 4,096-step trial imitates for seconds, not minutes)."""
+    decisions = min(config.imitation_steps, int(config.imitation_share * config.n_timesteps))
+    warmup = min(config.critic_warmup_steps, int(config.imitation_share / 2 * config.n_timesteps))
+    return max(decisions, 1), warmup
+
+
 def _imitate(model: Any, config: TrainConfig, progress: bool) -> None:
     """The actor learns the teacher's decisions; the critic then learns their value (actor held still)."""
+    decisions, warmup = imitation_budget(config)
     if progress:
-        print(f"imitation: {config.imitation_steps:,} decisions of {config.imitate} ...", flush=True)
-    demonstrations = imitation.collect(_env_kwargs(config), str(config.imitate), config.imitation_steps)
+        print(f"imitation: {decisions:,} decisions of {config.imitate} ...", flush=True)
+    demonstrations = imitation.collect(_env_kwargs(config), str(config.imitate), decisions)
     accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs, seed=config.seed)
     if progress:
         print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; the critic learns their value "
-              f"({config.critic_warmup_steps:,} steps)", flush=True)
-    if config.critic_warmup_steps:
+              f"({warmup:,} steps)", flush=True)
+    if warmup:
+        rollout = config.n_steps * config.n_envs
         imitation.hold_actor(model.policy, True)
-        model.learn(total_timesteps=config.critic_warmup_steps, progress_bar=progress, tb_log_name="critic")
+        model.learn(total_timesteps=-(-warmup // rollout) * rollout, progress_bar=progress, tb_log_name="critic")
         imitation.hold_actor(model.policy, False)
 
 
-def actor_of(model: Any, s_max: int, history: int,
+def actor_of(model: Any, s_max: int, history: int, d_max: int = DEFAULT_D_MAX,
              training: dict[str, Any] | None = None) -> tuple[Actor, ArtifactMeta]:
     """An SB3 (Maskable)PPO model's actor as a plain :class:`Actor`, with the metadata acting needs."""
     policy = model.policy
     net_arch = policy.net_arch if isinstance(policy.net_arch, list) else policy.net_arch["pi"]
     activation = "relu" if "ReLU" in type(policy.activation_fn()).__name__ else "tanh"
-    size = ObservationEncoder.size_for(s_max, history)
+    size = ObservationEncoder.size_for(s_max, history, d_max)
     actor = Actor(size, list(net_arch), ActionLayout(s_max).num_actions, activation)
     linears = [m for m in policy.mlp_extractor.policy_net if hasattr(m, "weight")] + [policy.action_net]
     targets = [m for m in actor.net if hasattr(m, "weight")]
@@ -288,12 +319,12 @@ def actor_of(model: Any, s_max: int, history: int,
         target.load_state_dict(source.state_dict())
     actor.eval()
     meta = ArtifactMeta(OBSERVATION_VERSION, s_max, history, size, ActionLayout(s_max).num_actions,
-                        list(net_arch), activation, training=training or {})
+                        list(net_arch), activation, training=training or {}, d_max=d_max)
     return actor, meta
 
 
-def export(model: Any, s_max: int, history: int, out_dir: str | Path, training: dict[str, Any] | None = None,
-           stem: str = "policy") -> tuple[Path, Path]:
+def export(model: Any, s_max: int, history: int, d_max: int, out_dir: str | Path,
+           training: dict[str, Any] | None = None, stem: str = "policy") -> tuple[Path, Path]:
     """Copy an SB3 (Maskable)PPO model's actor into a plain :class:`Actor` and save the artifact."""
-    actor, meta = actor_of(model, s_max, history, training)
+    actor, meta = actor_of(model, s_max, history, d_max, training)
     return save_artifact(actor, meta, out_dir, stem)

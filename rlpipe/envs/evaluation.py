@@ -27,8 +27,10 @@ class EpisodeResult:
         iterations_per_s: training iterations per simulated second, migration stalls included.
         repartitions_per_hour: repartitions per simulated hour.
         stall_s_per_hour: seconds of migration stall per simulated hour.
-        timeline: when recorded, the model's num_layers and per interval: start_s and time_s (its start
-            and end, simulated s), boundaries, slowdown (at its end), stage_compute_ms, efficiency.
+        rebalances_per_hour: new micro-batch splits per simulated hour.
+        timeline: when recorded, the episode's profile, stages, replicas and schedule, the model's
+            num_layers, and per interval: start_s and time_s (its start and end, simulated s), boundaries,
+            split, slowdown (of every device, at its end), stage_compute_ms, efficiency.
     """
 
     efficiency: float
@@ -36,6 +38,7 @@ class EpisodeResult:
     repartitions_per_hour: float
     stall_s_per_hour: float
     timeline: dict[str, Any] = field(default_factory=dict)
+    rebalances_per_hour: float = 0.0
 
 
 def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, record: bool = False) -> EpisodeResult:
@@ -43,15 +46,19 @@ def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, r
     observation, info = env.reset(seed=seed, options={"scenario": scenario})
     policy.reset()
     efficiencies: list[float] = []
-    timeline: dict[str, Any] = {"num_layers": env.planner.num_layers, "start_s": [], "time_s": [],
-                                "boundaries": [], "slowdown": [], "stage_compute_ms": [], "efficiency": []}
+    situation = env.situation
+    timeline: dict[str, Any] = {"num_layers": env.planner.num_layers, "profile": situation.profile.name,
+                                "stages": situation.num_stages, "replicas": situation.replicas,
+                                "schedule": situation.schedule, "microbatches": situation.microbatches,
+                                "start_s": [], "time_s": [], "boundaries": [], "split": [], "slowdown": [],
+                                "stage_compute_ms": [], "efficiency": []}
     done = False
     while not done:
         start_s = env.time_s
-        context = DecisionContext(env.encoder, env.boundaries, env.future())
+        context = DecisionContext(env.encoder, env.boundaries, env.future(), env.split)
         decision = policy.act(observation, env.action_masks(), context)
         if isinstance(decision, tuple):
-            observation, _, terminated, truncated, info = env.step_to(decision)
+            observation, _, terminated, truncated, info = env.step_to(*decision)
         else:
             observation, _, terminated, truncated, info = env.step(int(decision))
         efficiencies.append(info["efficiency"])
@@ -60,6 +67,7 @@ def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, r
             timeline["start_s"].append(start_s)
             timeline["time_s"].append(info["time_s"])
             timeline["boundaries"].append(list(info["boundaries"]))
+            timeline["split"].append(list(info["split"]))
             timeline["slowdown"].append(info["slowdown"].tolist())
             latest = env.encoder.latest
             assert latest is not None  # every step observes an interval
@@ -67,4 +75,4 @@ def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, r
             timeline["efficiency"].append(info["efficiency"])
     hours = env.time_s / SECONDS_PER_HOUR
     return EpisodeResult(float(np.mean(efficiencies)), env.iteration / env.time_s, env.repartitions / hours,
-                         env.stall_total_s / hours, timeline if record else {})
+                         env.stall_total_s / hours, timeline if record else {}, env.rebalances / hours)

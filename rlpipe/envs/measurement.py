@@ -83,8 +83,16 @@ class MeasurementModel:
 
     def noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         """Multiplicative noise for one interval's measurements."""
-        noise = np.exp(rng.normal(0.0, self.sigma, size=shape))
-        if self.outlier_probability > 0:
-            outliers = rng.random(shape) < self.outlier_probability
-            noise = np.where(outliers, noise * (1.0 + self.outlier_scale * rng.uniform(0.5, 1.5, shape)), noise)
-        return noise
+        return np.exp(rng.normal(0.0, self.sigma, size=shape)) * self.outliers(rng, shape)
+
+    def iteration_noise(self, rng: np.random.Generator, iterations: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Multiplicative noise of each iteration's timer reading, ``(iterations, *shape)``: independent
+        from one iteration to the next, so that an interval's mean carries ``sigma``."""
+        return np.exp(rng.normal(0.0, self.sigma * np.sqrt(iterations), size=(iterations, *shape)))
+
+    def outliers(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """Each measurement's outlier factor for one interval (1: none)."""
+        if self.outlier_probability <= 0:
+            return np.ones(shape)
+        hit = rng.random(shape) < self.outlier_probability
+        return np.where(hit, 1.0 + self.outlier_scale * rng.uniform(0.5, 1.5, shape), 1.0)

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlpipe.agents import make_policy
 from rlpipe.decision import DecisionContext
-from rlpipe.observation import DEFAULT_HISTORY, DEFAULT_S_MAX, KEEP, ObservationEncoder
+from rlpipe.observation import DEFAULT_D_MAX, DEFAULT_HISTORY, DEFAULT_S_MAX, KEEP, ObservationEncoder
 from rlpipe.planning import Planner, StatsError
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import MigrationCost
@@ -29,25 +29,26 @@ class Decision:
 
 
 class Controller:
-    """Decides repartitions for a live pipeline.
+    """Decides repartitions and micro-batch splits for a live job.
 
-    The observation is laid out as the policy was trained (the artifact's ``s_max`` and history);
-    a policy without an artifact gets the defaults.
+    The observation is laid out as the policy was trained (the artifact's ``s_max``, history and
+    ``d_max``); a policy without an artifact gets the defaults.
 
     Args:
-        policy_spec: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``ppo`` or ``ppo:PATH``.
+        policy_spec: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``ppo`` or ``ppo:PATH``.
         profile: the per-layer profile the run started from.
-        num_stages, schedule, microbatches: the pipeline.
+        num_stages, schedule, microbatches: the pipeline (M micro-batches per replica at the even split).
         migration: the stall model (fixed overhead and the measured point-to-point bandwidth).
         fallback: the heuristic that decides for ``ppo`` when its actor cannot.
+        replicas: the job's data-parallel replicas (D).
     """
 
     def __init__(self, policy_spec: str, profile: LayerProfile, num_stages: int, schedule: str, microbatches: int,
-                 migration: MigrationCost, fallback: str = "dynpipe"):
+                 migration: MigrationCost, fallback: str = "dynpipe", replicas: int = 1):
         self.policy = make_policy(policy_spec, live=True, fallback=fallback)
-        s_max, history = self.policy.observation_layout or (DEFAULT_S_MAX, DEFAULT_HISTORY)
-        planner = Planner(profile, num_stages, schedule, microbatches, migration=migration)
-        self.encoder = ObservationEncoder(planner, max(s_max, num_stages), history)
+        s_max, history, d_max = self.policy.observation_layout or (DEFAULT_S_MAX, DEFAULT_HISTORY, DEFAULT_D_MAX)
+        planner = Planner(profile, num_stages, schedule, microbatches, migration=migration, replicas=replicas)
+        self.encoder = ObservationEncoder(planner, max(s_max, num_stages), history, max(d_max, replicas))
         self.decisions: Counter[str] = Counter()
         self.last_decision: dict[str, Any] = {}
 
@@ -59,27 +60,24 @@ class Controller:
     def decide(self, stats: IntervalStats) -> Decision:
         """The partition and the micro-batch split for the next interval; what to log about the decision
         is ``last_decision``."""
-        split = stats.split or (self.encoder.planner.microbatches,)
-        return Decision(self._partition(stats), tuple(split))
-
-    def _partition(self, stats: IntervalStats) -> tuple[int, ...]:
         start = time.perf_counter()
         boundaries = tuple(stats.boundaries)
+        split = tuple(stats.split) if stats.split is not None else self.encoder.planner.even
         try:
             observation = self.encoder.observe(stats)
-        except StatsError as err:  # unusable statistics: hold the partition, and say why
+        except StatsError as err:  # unusable statistics: hold the partition and split, and say why
             log.warning("statistics unusable (%s): keeping the partition", err)
             self.decisions["unusable statistics"] += 1
             self.last_decision = {"action": "keep", "reason": str(err),
                                   "latency_ms": (time.perf_counter() - start) * 1e3}
-            return boundaries
-        mask = self.encoder.action_mask(boundaries)
-        action = self.policy.act(observation, mask, DecisionContext(self.encoder, boundaries))
-        target = self.encoder.decode(int(action), boundaries) or boundaries  # type: ignore[arg-type]
+            return Decision(boundaries, split)
+        mask = self.encoder.action_mask(boundaries, split)
+        action = int(self.policy.act(observation, mask, DecisionContext(self.encoder, boundaries, split=split)))  # type: ignore[arg-type]
+        target = self.encoder.decode(action, boundaries, split) or (boundaries, split)
         latency_ms = (time.perf_counter() - start) * 1e3
-        name = self.encoder.layout.describe(int(action)) if target != boundaries or action == KEEP else "keep"  # type: ignore[arg-type]
+        name = self.encoder.layout.describe(action) if target != (boundaries, split) or action == KEEP else "keep"
         self.decisions[name.split(" ")[0]] += 1
         self.last_decision = {"action": name, "latency_ms": latency_ms}
         if self.policy.last_fallback:
             self.last_decision["fallback"] = self.policy.last_fallback
-        return target
+        return Decision(*target)

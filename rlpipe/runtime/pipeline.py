@@ -219,7 +219,7 @@ class AdaptivePipeline:
                 migration = MigrationCost(bandwidth_gbps=self.bandwidth_gbps or 10.0,
                                           overhead_s=config.migration_overhead_s)
                 self.controller = Controller(config.policy, device_profile, dims.stages, config.schedule,
-                                             config.microbatches, migration, config.fallback)
+                                             config.microbatches, migration, config.fallback, dims.replicas)
             self.publisher = Publisher(config, dims, PipelineCosts(device_profile), self._run_header(device_profile),
                                        self.overheads, self.bandwidth_gbps)
             emulation = (f"; device time emulated at {plan.device_time_scale:g} x the profile"

@@ -4,6 +4,7 @@ import pytest
 from rlpipe.agents import (
     DecisionContext,
     DynPipePolicy,
+    FalconPolicy,
     GreedyPolicy,
     OraclePolicy,
     StaticPolicy,
@@ -14,7 +15,7 @@ from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
 from rlpipe.interference import InterferenceTrace
-from rlpipe.observation import KEEP, REPLAN
+from rlpipe.observation import KEEP, REBALANCE, REPLAN
 
 
 def drive(env, policy, steps):
@@ -29,16 +30,17 @@ def drive(env, policy, steps):
 
 
 def env_with_slowdown(factor: float, stages: int = 4, noise: float = 0.03, overhead_s: float = 0.5,
-                      interval: int = 10) -> RepartitionEnv:
-    """An environment whose device 2 slows down by ``factor`` at t = 60 s and stays slow."""
+                      interval: int = 10, replicas: int = 1, device: int = 2) -> RepartitionEnv:
+    """An environment whose device ``device`` (replica r's stage s is r x stages + s) slows down by
+    ``factor`` at t = 60 s and stays slow."""
     env = RepartitionEnv(min_stages=stages, max_stages=stages, timer_noise=noise, profiles=("transformer16",),
                          schedules=("1f1b",), microbatches=(8,), scenarios=("none",), duration_s=3600,
-                         migration_overhead_s=(overhead_s, overhead_s), interval_iterations=interval)
-    env.reset(seed=0)
-    slow = np.ones((2, stages))
-    slow[1, 2] = factor
-    env.situation = env.situation.__class__(**{**env.situation.__dict__, "trace": InterferenceTrace(
-        np.array([0.0, 60.0]), slow, np.ones((2, stages - 1)), 3600.0)})
+                         migration_overhead_s=(overhead_s, overhead_s), interval_iterations=interval,
+                         data_parallel=(replicas, replicas))
+    slow = np.ones((2, replicas * stages))
+    slow[1, device] = factor
+    trace = InterferenceTrace(np.array([0.0, 60.0]), slow, np.ones((2, replicas * stages - 1)), 3600.0)
+    env.reset(seed=0, options={"trace": trace})
     return env
 
 
@@ -48,9 +50,20 @@ def test_make_policy_knows_the_names():
         make_policy("random")
 
 
-def test_static_never_moves():
-    env = env_with_slowdown(3.0)
-    assert set(drive(env, StaticPolicy(), 30)) == {KEEP}
+def test_static_holds_the_launch_partition_and_pays_for_it_under_a_straggler():
+    efficiency = {}
+    for policy in (StaticPolicy(), ThresholdPolicy()):
+        env = env_with_slowdown(3.0)
+        launch, rewards = env.boundaries, []
+        for action in drive(env, policy, 1):
+            assert action == KEEP
+        for _ in range(60):
+            action = policy.act(None, env.action_masks(), DecisionContext(env.encoder, env.boundaries))
+            rewards.append(env.step(action)[1])
+        if isinstance(policy, StaticPolicy):
+            assert env.boundaries == launch and env.repartitions == 0
+        efficiency[policy.name] = float(np.mean(rewards[-20:]))
+    assert efficiency["static"] < 0.8 < 0.95 < efficiency["threshold"]  # the straggler costs what moving saves
 
 
 def test_greedy_does_not_thrash_on_timer_noise():
@@ -101,6 +114,22 @@ def test_threshold_does_not_chase_timer_noise():
     env = RepartitionEnv(scenarios=("none",), timer_noise=0.05, duration_s=1800)
     for seed in range(3):
         assert run_episode(env, ThresholdPolicy(), seed, "none").repartitions_per_hour <= 1.0
+
+
+def test_falcon_rebalances_micro_batches_off_a_slow_replica_first():
+    env = env_with_slowdown(1.6, replicas=2, device=5, overhead_s=2.0)  # replica 1's stage 1
+    actions = drive(env, FalconPolicy(), 60)
+    first = next(a for a in actions if a != KEEP)
+    assert first == REBALANCE  # the cheap lever first: nothing moves
+    assert env.split[1] < env.split[0] and sum(env.split) == 16
+    assert ThresholdPolicy().act(None, np.array([True, False, True, True] + [False] * 6),
+                                 DecisionContext(env.encoder, env.boundaries)) != REBALANCE  # layers only
+
+
+def test_falcon_is_the_threshold_rule_on_one_pipeline():
+    falcon = drive(env_with_slowdown(2.0), FalconPolicy(), 80)
+    threshold = drive(env_with_slowdown(2.0), ThresholdPolicy(), 80)
+    assert falcon == threshold and REPLAN in falcon
 
 
 def test_dynpipe_checks_every_50_iterations_whatever_the_interval():

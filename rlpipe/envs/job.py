@@ -1,0 +1,302 @@
+"""The simulated truth of one episode: a job of D replicas of an S-stage pipeline under the scenario's
+conditions, as the simulator runs it.
+
+It answers what the environment needs and a policy never sees: how long an iteration of a partition
+and micro-batch split takes under a row of the trace (and, where micro-batches are unequal, under one
+of a bank of drawn micro-batch patterns), what the best partition and split for those conditions
+would give, and what each stage really computed over an interval of K iterations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlpipe.interference import InterferenceTrace
+from rlpipe.partition import bottleneck_dp
+from rlpipe.simulator import Overheads, PipelineCosts, operation_graph, simulate_kernel
+from rlpipe.split import balanced_split, minimum_per_replica
+
+PATTERNS = 4  # micro-batch patterns drawn per episode; each iteration of unequal micro-batches draws one
+
+
+@dataclass(frozen=True)
+class JobTiming:
+    """One iteration of the job, in ms.
+
+    Attributes:
+        iteration_ms: the slowest replica's pipeline, then the slowest stage group's gradient sync.
+        compute_ms: (D, S) each device's forward + backward per micro-batch.
+        comm_ms: (D, S) each device's communication wait per iteration.
+        idle_ms: (D, S) each device's idle time per iteration (bubbles, waiting for the slowest replica).
+        sync_ms: (S,) each stage group's gradient all-reduce.
+    """
+
+    iteration_ms: float
+    compute_ms: np.ndarray
+    comm_ms: np.ndarray
+    idle_ms: np.ndarray
+    sync_ms: np.ndarray
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What K iterations of the job really did (the environment adds timer noise before anyone sees it).
+
+    Attributes:
+        end_s: when they ended, scenario time, s.
+        compute_ms: (K, D, S) each iteration's compute per micro-batch of each device.
+        comm_ms, idle_ms: (D, S) the mean per iteration.
+        sync_ms: (S,) the mean gradient sync per iteration.
+    """
+
+    end_s: float
+    compute_ms: np.ndarray
+    comm_ms: np.ndarray
+    idle_ms: np.ndarray
+    sync_ms: np.ndarray
+
+
+class SimulatedJob:
+    """The truth of one episode.
+
+    Args:
+        costs: the profile's costs.
+        trace: the scenario, over D x S devices.
+        replicas, num_stages, microbatches, schedule: the job (M micro-batches per replica at the even split).
+        bandwidth_gbps: the nominal bandwidth of every link, pipeline and data-parallel, Gbit/s.
+        overheads: the host overheads every iteration pays.
+        ideal_boundaries: the partition optimal without interference (a candidate of the reference).
+        rng: draws the episode's micro-batch patterns.
+    """
+
+    def __init__(self, costs: PipelineCosts, trace: InterferenceTrace, replicas: int, num_stages: int,
+                 microbatches: int, schedule: str, bandwidth_gbps: float, overheads: Overheads,
+                 ideal_boundaries: tuple[int, ...], rng: np.random.Generator):
+        self.costs, self.trace = costs, trace
+        self.replicas, self.num_stages, self.microbatches, self.schedule = replicas, num_stages, microbatches, schedule
+        self.bandwidth_gbps, self.overheads, self.ideal_boundaries = bandwidth_gbps, overheads, ideal_boundaries
+        self.minimum = minimum_per_replica(schedule, num_stages)
+        self.even = (microbatches,) * replicas
+        self.patterns = rng.random((PATTERNS, replicas * microbatches))
+        self.unequal = trace.microbatch_spread is not None and bool(np.any(trace.microbatch_spread > 1.0))
+        self._activation_bits = costs.activation_bytes * 8e-6
+        self._layer_compute = costs.profile.compute_ms()
+        self._partition_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._replica_cache: dict[tuple, tuple[float, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._timing_cache: dict[tuple, JobTiming] = {}
+        self._best_cache: dict[int, tuple[tuple[int, ...], tuple[int, ...], float]] = {}
+        self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray, list[bytes]]] = {}
+
+    # --- one iteration ------------------------------------------------------------------------
+
+    def _partition(self, boundaries: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A partition's interference-free forward and backward ms per stage, one-way link ms and gradient
+        sync ms per stage group (cached)."""
+        found = self._partition_cache.get(boundaries)
+        if found is None:
+            fwd, bwd = self.costs.stage_fwd_bwd_ms(boundaries)
+            links = self.costs.link_ms(boundaries, self.bandwidth_gbps) if len(boundaries) > 1 else np.zeros(1)
+            sync = self.costs.sync_ms(boundaries, self.replicas, self.bandwidth_gbps)
+            found = self._partition_cache[boundaries] = (fwd, bwd, links, sync)
+        return found
+
+    def _replica(self, boundaries: tuple[int, ...], microbatches: int, slowdown: np.ndarray, links: np.ndarray,
+                 factors: np.ndarray | None,
+                 conditions: bytes | None = None) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """One replica's pipeline: (iteration ms, compute, comm, idle per stage), cached by its conditions
+        (``conditions``: their key, if known)."""
+        if conditions is None:
+            conditions = slowdown.tobytes() + links.tobytes()
+        key = (boundaries, microbatches, conditions, None if factors is None else factors.tobytes())
+        found = self._replica_cache.get(key)
+        if found is None:
+            if len(self._replica_cache) > 50_000:
+                self._replica_cache.clear()
+            fwd, bwd, link_ms, _ = self._partition(boundaries)
+            if len(link_ms) == len(links):
+                link_ms = link_ms / links
+            iteration, compute, comm, idle = simulate_kernel(  # type: ignore[call-arg]
+                *operation_graph(self.num_stages, microbatches, self.schedule), fwd * slowdown, bwd * slowdown,
+                link_ms, float(self.overheads.op_ms), np.ones(microbatches) if factors is None else factors)
+            if self.overheads.iteration_ms:
+                iteration, idle = iteration + self.overheads.iteration_ms, idle + self.overheads.iteration_ms
+            found = self._replica_cache[key] = (float(iteration), compute, comm, np.maximum(idle, 0.0))
+        return found
+
+    def _conditions(self, row: int) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+        """(D, S) slowdowns, (D, S - 1) link factors and each replica's key of trace row ``row`` (cached)."""
+        found = self._conditions_cache.get(row)
+        if found is None:
+            slowdown = np.ascontiguousarray(self.trace.slowdown[row].reshape(self.replicas, self.num_stages))
+            links = (np.ones((self.replicas, 1)) if self.num_stages == 1
+                     else np.ascontiguousarray(self.trace.replica_links(row, self.replicas)))
+            keys = [slowdown[r].tobytes() + links[r].tobytes() for r in range(self.replicas)]
+            found = self._conditions_cache[row] = (slowdown, links, keys)
+        return found
+
+    def _factors(self, row: int, pattern: int) -> np.ndarray | None:
+        """Every micro-batch's compute factor under row ``row`` and pattern ``pattern`` (``None``: equal)."""
+        spread = self.trace.spread_at_row(row)
+        if pattern < 0 or spread == 1.0:
+            return None
+        return 1.0 + (spread - 1.0) * self.patterns[pattern]
+
+    def timing(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int, pattern: int = -1) -> JobTiming:
+        """One iteration of ``boundaries`` and ``split`` under trace row ``row`` (and micro-batch pattern
+        ``pattern``; -1: equal micro-batches), cached."""
+        key = (boundaries, split, row, pattern)
+        timing = self._timing_cache.get(key)
+        if timing is None:
+            if len(self._timing_cache) > 50_000:
+                self._timing_cache.clear()
+            slowdown, links, keys = self._conditions(row)
+            factors = self._factors(row, pattern)
+            if factors is None:
+                per_replica = [self._replica(boundaries, split[r], slowdown[r], links[r], None, keys[r])
+                               for r in range(self.replicas)]
+            else:
+                offsets = np.concatenate([[0], np.cumsum(split)])
+                per_replica = [self._replica(boundaries, split[r], slowdown[r], links[r],
+                                             factors[offsets[r]:offsets[r + 1]], keys[r])
+                               for r in range(self.replicas)]
+            sync = self._partition(boundaries)[3]
+            pipeline_ms = max(p[0] for p in per_replica)
+            iteration = pipeline_ms + (float(sync.max()) if self.replicas > 1 else 0.0)
+            compute = np.array([p[1] / m for p, m in zip(per_replica, split)])
+            comm = np.array([p[2] for p in per_replica])
+            # a replica that finishes early waits for the slowest, then every stage group syncs
+            idle = np.array([p[3] + (pipeline_ms - p[0]) for p in per_replica])
+            timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, sync)
+        return timing
+
+    def mean_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
+        """The mean iteration time under row ``row``, over the micro-batch patterns where they differ."""
+        return self.stretch(boundaries, split, row).iteration_ms
+
+    # --- the reference: the best partition and split for the true conditions --------------------
+
+    def _optimal(self, slowdown: np.ndarray, links: np.ndarray) -> tuple[int, ...]:
+        """The bottleneck-optimal partition for one pipeline's true slowdowns and link factors."""
+        roundtrip = np.zeros((max(self.num_stages - 1, 1), self.costs.num_layers))
+        if self.num_stages > 1:
+            roundtrip[:] = 2 * (self._activation_bits[None, :] / (self.bandwidth_gbps * links)[:, None])
+        found, _, _ = bottleneck_dp(self._layer_compute, roundtrip, self.costs.state_bytes,
+                                    self.costs.activation_bytes, 1.0 / slowdown, np.inf, np.ones(self.num_stages))
+        return tuple(int(b) for b in found)
+
+    def balanced_split(self, boundaries: tuple[int, ...], row: int) -> tuple[int, ...]:
+        """The micro-batch split that best fits the replicas' true speeds under row ``row`` (each replica's
+        time taken as linear in its micro-batches, from two simulated points)."""
+        if self.replicas == 1:
+            return self.even
+        slowdown, links, keys = self._conditions(row)
+        low, high = self.minimum, max(self.microbatches, self.minimum + 1)
+        at_low = np.array([self._replica(boundaries, low, slowdown[r], links[r], None, keys[r])[0]
+                           for r in range(self.replicas)])
+        at_high = np.array([self._replica(boundaries, high, slowdown[r], links[r], None, keys[r])[0]
+                            for r in range(self.replicas)])
+        step = (at_high - at_low) / (high - low)
+        return balanced_split(at_low - (low - 1) * step, step, self.replicas * self.microbatches, self.minimum)
+
+    def best(self, row: int) -> tuple[tuple[int, ...], tuple[int, ...], float]:
+        """The best partition and split for the true conditions of row ``row`` and its iteration time with
+        equal micro-batches, ms: for one pipeline, the bottleneck-optimal partition or the interference-free
+        one if that simulates faster; for replicas, also each of the most slowed replicas' own optimum and
+        the partition optimal for every stage's worst device, each with its balanced split (and the even
+        one)."""
+        best = self._best_cache.get(row)
+        if best is None:
+            slowdown, links, _ = self._conditions(row)
+            worst = self._optimal(slowdown.max(axis=0), links.min(axis=0))
+            options = [(self.timing(b, self.even, row).iteration_ms, b, self.even)
+                       for b in dict.fromkeys((worst, self.ideal_boundaries))]
+            if self.replicas > 1:
+                slowest = int(np.argmax(slowdown.max(axis=1)))
+                for boundaries in dict.fromkeys((worst, self.ideal_boundaries, self._optimal(slowdown[slowest],
+                                                                                             links[slowest]))):
+                    split = self.balanced_split(boundaries, row)
+                    options.append((self.timing(boundaries, split, row).iteration_ms, boundaries, split))
+            iteration_ms, boundaries, split = min(options)
+            best = self._best_cache[row] = (boundaries, split, iteration_ms)
+        return best
+
+    # --- an interval ----------------------------------------------------------------------------
+
+    def stretch(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> JobTiming:
+        """An iteration under row ``row`` as a stretch of iterations sees it: its mean time, communication,
+        idle and sync over the micro-batch patterns (where micro-batches are unequal), and every pattern's
+        compute, ``(patterns, D, S)`` (cached)."""
+        key = (boundaries, split, row, "stretch")
+        found = self._timing_cache.get(key)
+        if found is None:
+            if not self.unequal or self.trace.spread_at_row(row) == 1.0:
+                one = self.timing(boundaries, split, row)
+                found = JobTiming(one.iteration_ms, one.compute_ms[None], one.comm_ms, one.idle_ms, one.sync_ms)
+            else:
+                bank = [self.timing(boundaries, split, row, p) for p in range(PATTERNS)]
+                mean = {name: np.mean([getattr(t, name) for t in bank], axis=0)
+                        for name in ("iteration_ms", "comm_ms", "idle_ms", "sync_ms")}
+                found = JobTiming(float(mean["iteration_ms"]), np.array([t.compute_ms for t in bank]),
+                                  mean["comm_ms"], mean["idle_ms"], mean["sync_ms"])
+            self._timing_cache[key] = found
+        return found
+
+    def run_interval(self, boundaries: tuple[int, ...], split: tuple[int, ...], start_s: float, iterations: int,
+                     rng: np.random.Generator) -> Interval:
+        """Run ``iterations`` iterations from ``start_s`` through the trace's piecewise-constant conditions
+        (an iteration that spans a change is split between the rows, in proportion); where micro-batches
+        are unequal, each iteration's compute is that of a pattern it draws, its time the patterns' mean."""
+        trace, shape = self.trace, (self.replicas, self.num_stages)
+        row, until = trace.span_at(start_s)
+        first = self.stretch(boundaries, split, row)
+        end_s = start_s + iterations * first.iteration_ms / 1e3
+        if end_s <= until:  # most intervals: one stretch of constant conditions
+            return Interval(end_s, self._draw(first.compute_ms, iterations, rng), first.comm_ms, first.idle_ms,
+                            first.sync_ms)
+        comm, idle, sync = np.zeros(shape), np.zeros(shape), np.zeros(self.num_stages)
+        ends, banks = [], []  # each stretch run: iterations done at its end, its compute
+        time_s, done = start_s, 0.0
+        while done < iterations - 1e-9:
+            row, until = trace.span_at(time_s)
+            timing = self.stretch(boundaries, split, row)
+            take = min(iterations - done, (until - time_s) * 1e3 / timing.iteration_ms)
+            take = max(take, min(iterations - done, 1e-6))  # never stall on a change that falls exactly now
+            comm += take * timing.comm_ms
+            idle += take * timing.idle_ms
+            sync += take * timing.sync_ms
+            time_s += take * timing.iteration_ms / 1e3
+            done += take
+            ends.append(done)
+            banks.append(timing.compute_ms)
+        # each iteration's compute: that of the stretch its middle fell in
+        which = np.minimum(np.searchsorted(np.array(ends), np.arange(iterations) + 0.5), len(ends) - 1)
+        per_iteration = np.array([self._draw(banks[w], 1, rng)[0] for w in which])
+        return Interval(time_s, per_iteration, comm / iterations, idle / iterations, sync / iterations)
+
+    @staticmethod
+    def _draw(bank: np.ndarray, iterations: int, rng: np.random.Generator) -> np.ndarray:
+        """Each of ``iterations`` iterations' compute, ``(iterations, D, S)``: a pattern of the bank each."""
+        if len(bank) == 1:
+            return np.broadcast_to(bank[0], (iterations, *bank.shape[1:]))
+        return bank[rng.integers(len(bank), size=iterations)]
+
+    def reference_iterations(self, boundaries: tuple[int, ...], split: tuple[int, ...], start_s: float,
+                             end_s: float) -> float:
+        """Iterations the best partition and split for the true conditions would run in [start_s, end_s)
+        (the partition and split in use count too, so that the reference is never beaten)."""
+        total = 0.0
+        for row, since, until in self.trace.segments(start_s, end_s):
+            total += (until - since) * 1e3 / self.reference_ms(boundaries, split, row)
+        return max(total, 1e-12)
+
+    def reference_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
+        """The reference iteration time under row ``row``: the best for the true conditions or the plan in
+        use, whichever is faster. Where micro-batches are unequal, the best is taken to suffer what the
+        plan in use suffers from them (every partition meets the same micro-batches)."""
+        current = self.mean_ms(boundaries, split, row)
+        best = self.best(row)[2]
+        if self.unequal and self.trace.spread_at_row(row) > 1.0:
+            best *= current / self.timing(boundaries, split, row).iteration_ms
+        return min(best, current)
