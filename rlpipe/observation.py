@@ -430,7 +430,7 @@ class ObservationEncoder:
         observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
         observation[g + G.REPLAN_COST] = replan_stall / unit_s
         observation[g + G.DISPERSION] = self._state[3]
-        observation[g + G.NOISE] = noise
+        observation[g + G.NOISE] = self.noise_level
         observation[g + G.LOST] = self.lost_time.lost_s / max(replan_stall, 1e-9) if self.lost_time.lost_s else 0.0
         observation[g + G.HELD] = math.log1p(self.lost_time.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
         if self.past_slowdowns:

@@ -1,20 +1,46 @@
 import numpy as np
 import pytest
 
-from rlpipe.observation import GLOBAL_FEATURES, KEEP, REPLAN, ActionLayout, ObservationEncoder
+from rlpipe.observation import (
+    BOTH,
+    BOUNDARY_FEATURES,
+    FIRST_MOVE,
+    GLOBAL_FEATURES,
+    KEEP,
+    REBALANCE,
+    REPLAN,
+    REPLICA_FEATURES,
+    STAGE_FEATURES,
+    ActionLayout,
+    G,
+    ObservationEncoder,
+)
 from rlpipe.planning import Planner, StatsError
 from rlpipe.profile import load_profile
+from rlpipe.simulator import MigrationCost
 from rlpipe.stats import IntervalStats, StageStats
 
+WIDTH = STAGE_FEATURES + 4 - 1  # a stage slot with the default history of 4
 
-def stats_for(planner: Planner, boundaries, load, stall_s=0.0, iterations=50) -> IntervalStats:
-    """Statistics of an interval in which each device ran ``load`` times slower than profiled."""
+
+def stats_for(planner: Planner, boundaries, load, stall_s=0.0, iterations=50, time_factor=1.0, cv=None,
+              replica_load=None, split=None) -> IntervalStats:
+    """Statistics of an interval in which each device ran ``load`` times slower than the planner's profile
+    (``replica_load``: every replica's devices); ``time_factor`` scales the times that do not come from the
+    profile (wall time, stalls, waits), for a profile measured on a faster machine."""
     edges = list(boundaries) + [planner.num_layers]
     compute = planner.profile.compute_ms()
-    stages = tuple(StageStats(float(compute[a:b].sum() * stage_load), 0.1, 1.0, b - a, 1e6, float(stage_load))
-                   for a, b, stage_load in zip(edges, edges[1:], load))
-    return IntervalStats.from_stages(iterations, iterations, 0.2 * iterations + stall_s, stall_s, tuple(boundaries),
-                                     stages)
+    stages = tuple(StageStats(float(compute[a:b].sum() * stage_load), 0.1 * time_factor, 1.0 * time_factor, b - a,
+                              1e6, float(stage_load)) for a, b, stage_load in zip(edges, edges[1:], load))
+    hybrid = {"compute_cv": np.full(len(load), 0.05) if cv is None else np.asarray(cv, dtype=float)}
+    if replica_load is not None:
+        hybrid.update(replica_load=np.asarray(replica_load, dtype=float), split=tuple(split))
+    return IntervalStats.from_stages(iterations, iterations, (0.2 * iterations + stall_s) * time_factor,
+                                     stall_s * time_factor, tuple(boundaries), stages, **hybrid)
+
+
+def global_feature(encoder: ObservationEncoder, observation: np.ndarray, position: int) -> float:
+    return float(observation[encoder.size - GLOBAL_FEATURES + position])
 
 
 @pytest.fixture
@@ -24,21 +50,61 @@ def planner():
 
 def test_action_layout_round_trips():
     layout = ActionLayout(8)
-    assert layout.num_actions == 16
-    for action in range(2, 16):
+    assert layout.num_actions == FIRST_MOVE + 14 == 18
+    for action in range(FIRST_MOVE, 18):
         assert layout.move_action(*layout.move(action)) == action
-    assert layout.describe(KEEP) == "keep" and layout.describe(REPLAN) == "replan"
+    assert [layout.describe(a) for a in (KEEP, REPLAN, REBALANCE, BOTH)] == ["keep", "replan", "rebalance",
+                                                                           "replan+rebalance"]
 
 
-def test_observation_is_fixed_size_padded_and_scale_free(planner):
+def test_observation_is_fixed_size_and_padded(planner):
     encoder = ObservationEncoder(planner, s_max=8, history=4)
     obs = encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1, 1]))
-    assert obs.shape == (encoder.size,) and obs.dtype == np.float32
-    per_stage = obs[: 8 * 10].reshape(8, 10)
+    assert obs.shape == (encoder.size,) == (ObservationEncoder.size_for(8, 4, 8),) and obs.dtype == np.float32
+    per_stage = obs[: 8 * WIDTH].reshape(8, WIDTH)
     assert np.all(per_stage[:4, 0] == 1) and np.all(per_stage[4:] == 0)  # stage mask and padding
-    # scaling every time by 10x (a 10x faster machine's profile and stats) gives the same observation
-    fast = Planner(load_profile("transformer16"), 4, "1f1b", 8)
-    assert np.allclose(obs, ObservationEncoder(fast).observe(stats_for(fast, fast.ideal_boundaries, [1] * 4)))
+    replicas = obs[encoder._replica_base:encoder._replica_base + 8 * (REPLICA_FEATURES + 8)].reshape(8, -1)
+    assert np.all(replicas == 0)  # one pipeline: the replica block stays empty
+
+
+def test_the_observation_is_scale_free_in_speed_and_interval(planner):
+    """The same job on a machine 10x as fast (the profile, every measurement and a repartition's stall a
+    tenth as long), with decisions every 50 instead of 10 iterations, reads the same: ratios and
+    iteration counts only."""
+    fast = Planner(load_profile("transformer16").scaled(0.1), 4, "1f1b", 8,
+                   migration=MigrationCost(bandwidth_gbps=100.0, overhead_s=0.05))
+    slow_loads = [[1, 1, 1, 1]] * 3 + [[1, 1, 2.5, 1]] * 3
+    encoders = (ObservationEncoder(planner), ObservationEncoder(fast))
+    for loads in slow_loads:
+        a = encoders[0].observe(stats_for(planner, planner.ideal_boundaries, loads, iterations=10))
+        b = encoders[1].observe(stats_for(fast, fast.ideal_boundaries, loads, iterations=10, time_factor=0.1))
+        assert np.allclose(a, b, atol=1e-5)
+    assert global_feature(encoders[0], a, G.REPLAN_GAIN) > 0.2  # not trivially equal: a gain is seen in both
+    short, long = ObservationEncoder(planner), ObservationEncoder(planner)
+    for _ in range(20):
+        by_tens = short.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1], iterations=10))
+    for _ in range(4):
+        by_fifties = long.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1], iterations=50))
+    assert np.allclose(by_tens[:encoders[0]._boundary_base], by_fifties[:encoders[0]._boundary_base])
+    for position in (G.SINCE_REPARTITION, G.REPLAN_GAIN, G.REPLAN_COST, G.THROUGHPUT, G.ONE_LAYER_STALL):
+        assert global_feature(short, by_tens, position) == pytest.approx(global_feature(long, by_fifties, position))
+
+
+def test_the_observation_is_scale_free_in_replicas():
+    """Two and four replicas with the same straggler share read alike in their shared features."""
+    observations = []
+    for replicas in (2, 4):
+        planner = Planner(load_profile("transformer16"), 4, "1f1b", 8, replicas=replicas)
+        encoder = ObservationEncoder(planner)
+        loads = np.ones((replicas, 4))
+        loads[0, 2] = 2.0
+        stats = stats_for(planner, planner.ideal_boundaries, loads.max(axis=0), replica_load=loads,
+                          split=(8,) * replicas)
+        observations.append((encoder, encoder.observe(stats)))
+    (e2, o2), (e4, o4) = observations
+    assert np.allclose(o2[:e2._boundary_base], o4[:e4._boundary_base])  # the stages: the slowest member's
+    assert global_feature(e2, o2, G.REPLAN_GAIN) == pytest.approx(global_feature(e4, o4, G.REPLAN_GAIN), rel=1e-6)
+    assert global_feature(e2, o2, G.REPLICAS) * 2 == pytest.approx(global_feature(e4, o4, G.REPLICAS))
 
 
 def test_a_slow_device_shows_and_replanning_is_offered(planner):
@@ -48,13 +114,28 @@ def test_a_slow_device_shows_and_replanning_is_offered(planner):
     mask_before = encoder.action_mask(balanced)
     obs = encoder.observe(stats_for(planner, balanced, [1, 1, 2.5, 1]))
     assert not mask_before[REPLAN]  # nothing to gain: re-plan is masked
-    assert encoder.action_mask(balanced)[REPLAN]
-    replanned = encoder.decode(REPLAN, balanced)
+    assert encoder.action_mask(balanced)[REPLAN] and not encoder.action_mask(balanced)[REBALANCE]
+    replanned, split = encoder.decode(REPLAN, balanced)
     sizes = np.diff(list(replanned) + [16])
-    assert sizes[2] < np.diff(list(balanced) + [16])[2]  # the slow stage loses layers
-    assert obs[-GLOBAL_FEATURES + 1] > 0.2  # predicted re-plan gain
-    assert obs[-GLOBAL_FEATURES + 2] > 0  # and its cost
-    assert obs[2 * 10 + 6] > 0  # the slow device is marked as loaded
+    assert sizes[2] < np.diff(list(balanced) + [16])[2] and split == (8,)  # the slow stage loses layers
+    assert global_feature(encoder, obs, G.REPLAN_GAIN) > 0.2  # predicted re-plan gain
+    assert global_feature(encoder, obs, G.REPLAN_COST) > 0  # and its cost
+    assert obs[2 * WIDTH + 6] > 0  # the slow device is marked as loaded
+
+
+def test_a_slow_replica_is_offered_a_rebalance_and_both():
+    planner = Planner(load_profile("transformer16"), 4, "1f1b", 8, replicas=2)
+    encoder = ObservationEncoder(planner)
+    balanced = planner.ideal_boundaries
+    loads = np.array([[1.0, 1.0, 1.0, 1.0], [1.6, 1.6, 1.6, 1.6]])  # replica 1 runs 1.6x slower throughout
+    obs = encoder.observe(stats_for(planner, balanced, loads.max(axis=0), replica_load=loads, split=(8, 8)))
+    mask = encoder.action_mask(balanced, (8, 8))
+    assert mask[REBALANCE] and not mask[REPLAN]  # every stage alike: moving layers cannot help
+    boundaries, split = encoder.decode(REBALANCE, balanced, (8, 8))
+    assert boundaries == balanced and split[1] < split[0] and sum(split) == 16
+    assert global_feature(encoder, obs, G.REBALANCE_GAIN) > 0.1
+    base = encoder._replica_base + (REPLICA_FEATURES + 8)  # replica 1's slot
+    assert obs[base] == 1 and obs[base + 2] == pytest.approx(0.6, rel=0.01)
 
 
 def test_moves_that_would_empty_a_stage_are_masked(planner):
@@ -77,29 +158,42 @@ def test_bad_statistics_are_refused(planner):
         encoder.observe(stats_for(planner, planner.ideal_boundaries[:3], [1, 1, 1]))
     with pytest.raises(StatsError):
         ObservationEncoder(Planner(load_profile("transformer16"), 9), s_max=8)
+    with pytest.raises(StatsError):
+        ObservationEncoder(Planner(load_profile("transformer16"), 2, replicas=16), d_max=8)
 
 
-def test_the_observation_is_the_same_for_the_same_iterations_whatever_the_interval(planner):
-    """Durations count iterations: 20 intervals of 10 iterations read as 4 intervals of 50 (both with
-    their load history full)."""
-    short, long = ObservationEncoder(planner), ObservationEncoder(planner)
-    slow = [1, 1, 2.0, 1]
-    for _ in range(20):
-        by_tens = short.observe(stats_for(planner, planner.ideal_boundaries, slow, iterations=10))
-    for _ in range(4):
-        by_fifties = long.observe(stats_for(planner, planner.ideal_boundaries, slow, iterations=50))
-    assert np.allclose(by_tens, by_fifties)
-    stalled = [e.observe(stats_for(planner, planner.ideal_boundaries, slow, stall_s=0.5, iterations=k))
-               for e, k in ((short, 10), (long, 50))]
-    assert np.allclose(stalled[0][-10:-3], stalled[1][-10:-3])  # a stall reads in iterations too
-
-
-def test_the_timer_noise_is_measured(planner):
+def test_the_timer_noise_and_the_dispersion_within_intervals_are_measured(planner):
     encoder = ObservationEncoder(planner)
     rng = np.random.default_rng(0)
     for _ in range(300):
-        observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, np.exp(rng.normal(0, 0.04, 4))))
-    assert encoder.noise_level == pytest.approx(0.04, rel=0.2) and observation[-3] == pytest.approx(encoder.noise_level)
+        observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, np.exp(rng.normal(0, 0.04, 4)),
+                                                cv=np.full(4, 0.12)))
+    assert global_feature(encoder, observation, G.NOISE) == pytest.approx(0.04, rel=0.2)
+    assert encoder.dispersion == pytest.approx(0.12) and global_feature(encoder, observation, G.DISPERSION) == \
+        pytest.approx(0.12)
+
+
+def test_a_pause_within_an_interval_is_told_from_a_lasting_slowdown(planner):
+    encoder = ObservationEncoder(planner)
+    for _ in range(10):
+        encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1, 1], cv=[0.05] * 4))
+    encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1.8, 1], cv=[0.05, 0.05, 0.6, 0.05]))
+    assert encoder.transient  # the slow stage's compute scattered within the interval: it changed inside it
+    encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1.8, 1], cv=[0.05] * 4))
+    assert not encoder.transient  # steady at its new level
+
+
+def test_ended_slowdowns_teach_how_long_an_imbalance_lasts(planner):
+    encoder = ObservationEncoder(planner)
+    for _ in range(6):  # short spells on stage 2: two intervals each
+        for load in ([1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 2.0, 1], [1, 1, 2.0, 1]):
+            encoder.observe(stats_for(planner, planner.ideal_boundaries, load, iterations=10))
+    encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1, 1], iterations=10))
+    assert len(encoder.past_slowdowns) == 6 and set(encoder.past_slowdowns) == {20.0}
+    fresh = ObservationEncoder(planner)
+    assert fresh.imbalance_survival() == 0.5  # nothing ended yet: no evidence either way
+    encoder.lost_time.held_iterations = 10  # an imbalance half as old as every ended one: none lasted twice that
+    assert encoder.imbalance_survival() < 0.1
 
 
 def test_a_congested_link_is_seen_through_communication_wait():
@@ -114,5 +208,11 @@ def test_a_congested_link_is_seen_through_communication_wait():
     stages[2] = StageStats(stages[2].compute_ms, transfer_ms, 1.0, stages[2].num_layers, 1e6, 1.0)
     observation = encoder.observe(IntervalStats.from_stages(50, 50, 10.0, 0.0, boundaries, stages))
     assert encoder.link_estimate[1] == pytest.approx(1 / 8, rel=0.01) and encoder.link_estimate[0] == 1.0
-    moves = observation[8 * 10:8 * 10 + 3 * 7].reshape(7, 3)
-    assert moves[1, 2] == pytest.approx(7, rel=0.01) and moves[0, 2] == 0.0
+    links = observation[encoder._boundary_base:encoder._boundary_base + BOUNDARY_FEATURES * 7].reshape(7, -1)
+    assert links[1, 2] == pytest.approx(7, rel=0.01) and links[0, 2] == 0.0
+    nominal = ObservationEncoder(planner)
+    uncongested = nominal.observe(IntervalStats.from_stages(50, 50, 10.0, 0.0, boundaries, [
+        StageStats(s.compute_ms, 0.0, 1.0, s.num_layers, 1e6, 1.0) for s in stages]))
+    bound = uncongested[nominal._boundary_base:nominal._boundary_base + BOUNDARY_FEATURES * 7].reshape(7, -1)[:, 3]
+    assert links[1, 3] == pytest.approx(8 * bound[1], rel=0.01) and links[0, 3] == pytest.approx(bound[0])
+    assert global_feature(encoder, observation, G.COMM_BOUND) == pytest.approx(links[:, 3].max())

@@ -87,8 +87,10 @@ class MeasurementModel:
 
     def iteration_noise(self, rng: np.random.Generator, iterations: int, shape: tuple[int, ...]) -> np.ndarray:
         """Multiplicative noise of each iteration's timer reading, ``(iterations, *shape)``: independent
-        from one iteration to the next, so that an interval's mean carries ``sigma``."""
-        return np.exp(rng.normal(0.0, self.sigma * np.sqrt(iterations), size=(iterations, *shape)))
+        from one iteration to the next, so that an interval's mean carries ``sigma``, and of mean 1, so
+        that it adds no bias."""
+        spread = self.sigma * np.sqrt(iterations)
+        return np.exp(rng.normal(-spread * spread / 2, spread, size=(iterations, *shape)))
 
     def outliers(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         """Each measurement's outlier factor for one interval (1: none)."""
