@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlpipe.errors import InputError
+from rlpipe.errors import InputError, UserCodeError
 from rlpipe.partition import SCHEDULES
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 EVALUATE_POLICIES = "static,greedy,dynpipe,oracle"
 EVALUATE_SCENARIOS = "bursty,heavy,drift"
 DEMO_POLICIES = "static,dynpipe,threshold,ppo"
+commands: dict[str, argparse.ArgumentParser] = {}  # each command's parser, by name (filled by build_parser)
 
 
 def _floats(text: str, option: str) -> list[float]:
@@ -150,9 +151,9 @@ def _names(texts: str | list[str] | None, option: str, default: str = "") -> lis
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
-    """The environment options shared by evaluate and train: --profile, --stages, --duration-s."""
+    """The environment options of evaluate: --profile, --stages, --data-parallel, --duration-s."""
     from rlpipe.envs.repartition import EnvConfig
-    from rlpipe.observation import DEFAULT_S_MAX
+    from rlpipe.observation import DEFAULT_D_MAX, DEFAULT_S_MAX
     from rlpipe.profile import load_profile
 
     overrides: dict = {"duration_s": args.duration_s}
@@ -166,6 +167,11 @@ def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
                              f"{overrides['profile'].num_layers} layers")
         # heuristics read any number of stages: the observation gets room for them all
         overrides.update(min_stages=args.stages, max_stages=args.stages, s_max=max(DEFAULT_S_MAX, args.stages))
+    if getattr(args, "data_parallel", None) is not None:
+        if args.data_parallel < 1:
+            raise InputError(f"--data-parallel: must be >= 1, got {args.data_parallel}")
+        overrides.update(data_parallel=(args.data_parallel, args.data_parallel),
+                         d_max=max(DEFAULT_D_MAX, args.data_parallel))
     if getattr(args, "calibration", None):
         from rlpipe.calibration import Calibration
 
@@ -256,6 +262,12 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     from rlpipe.runlog import load_run
 
     runs = [load_run(path) for path in args.logs]
+    emulated = [path for path, records in zip(args.logs, runs) if records[0].get("run", {}).get("device_time")
+                == "emulated"]
+    if emulated and not args.allow_emulated:
+        raise InputError(f"{emulated[0]}: a run on emulated device time: its timers show the emulator (it sleeps "
+                         f"to the profile), not this machine; calibrate on --device-time real runs, or give "
+                         f"--allow-emulated to fit it anyway")
     calibration = fit(runs, list(args.logs))
     calibration.save(args.output)
     before, after = [], []
@@ -334,11 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
         "a PPO controller offline (train), deploy a policy to a live torch.distributed pipeline (run, report, "
         "demo), evaluate it against heuristics in simulation (evaluate). Tools: profile, partition, simulate, "
         "scenario.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Callable[[argparse.Namespace], None], help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(handler=handler)
+        commands[name] = sub
         return sub
 
     p = add("profile", cmd_profile, "Measure each layer of a torch model on this machine and write a profile JSON.")
@@ -383,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("evaluate", cmd_evaluate, "Run policies on the same seeded simulated episodes of each scenario; "
             "write results.json, results.md and plots.")
     p.add_argument("--policies", action="append",
-                   help="comma-separated: static, greedy, dynpipe, oracle, ppo, ppo:PATH; repeatable "
-                   f"(default {EVALUATE_POLICIES})")
+                   help="comma-separated: static, greedy, dynpipe, threshold, falcon, oracle, ppo, ppo:PATH; "
+                   f"repeatable (default {EVALUATE_POLICIES})")
     p.add_argument("--scenarios", action="append",
                    help=f"comma-separated presets or trace:FILE.csv; repeatable (default {EVALUATE_SCENARIOS})")
     p.add_argument("--episodes", type=int, default=5, help="episodes per policy and scenario (default 5)")
@@ -394,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "episode draws one of the shipped transformer16, transformer32, mlp16, cnn16)")
     p.add_argument("--stages", type=int, help="use this stage count in every episode (default: each episode draws "
                    "2-8, capped by the profile's layers)")
+    p.add_argument("--data-parallel", type=int, metavar="D", help="run jobs of D data-parallel replicas of the "
+                   "pipeline; a trace's device r x stages + s is replica r's stage s (default 1)")
     p.add_argument("--duration-s", type=float, default=3600.0,
                    help="simulated training time per episode, s (default 3600)")
     p.add_argument("--calibration", help="simulate timers and overheads as this fit from rlpipe calibrate says "
@@ -420,8 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("calibrate", cmd_calibrate, "Fit what the simulator assumes (measurement noise and bias, overheads, "
             "migration overhead, point-to-point bandwidth) from live-run logs; train and evaluate can simulate "
             "with the fit (--calibration).")
-    p.add_argument("logs", nargs="+", help="run logs (JSONL from rlpipe run --log)")
+    p.add_argument("logs", nargs="+", help="run logs (JSONL from rlpipe run --log), on real device time")
     p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
+    p.add_argument("--allow-emulated", action="store_true", help="fit logs of emulated device time too (their "
+                   "noise is the emulator's, near none: the fit describes it, not the machine)")
 
     p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage pipeline of a character-level "
             "language model (trained on the Python standard library's source) on emulated device time under "
@@ -442,9 +459,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # a mistyped option: the command's own usage, not the top-level one
+        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         args.handler(args)
+    except UserCodeError as err:
+        print(f"rlpipe {args.command}: error: {err}", file=sys.stderr)
+        print(err.details.rstrip(), file=sys.stderr)
+        return 2
     except InputError as err:
         print(f"rlpipe {args.command}: error: {err}", file=sys.stderr)
         return 2

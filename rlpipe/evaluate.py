@@ -7,7 +7,6 @@ trace and timer noise), so their differences are the policies' and not the luck 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -89,14 +88,29 @@ def environments(policies: dict[str, Policy], config: EnvConfig) -> dict[str, Re
     return chosen
 
 
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def bootstrap_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean (seeded, so a report is reproducible): it lies within
+    the values' own range, so efficiencies' never pass the unreachable 1.0 (a normal interval around the
+    mean of two episodes can)."""
+    if len(values) < 2:
+        return float(values.mean()), float(values.mean())
+    rng = np.random.default_rng(0)
+    means = values[rng.integers(len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
+    return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2))
+
+
 def _metrics(runs: list[EpisodeResult], static: list[EpisodeResult]) -> dict[str, float]:
     efficiency = np.array([r.efficiency for r in runs])
     speed = np.array([r.iterations_per_s for r in runs])
     static_speed = np.array([r.iterations_per_s for r in static])
+    low, high = bootstrap_interval(efficiency)
     return {
         "efficiency_mean": float(efficiency.mean()),
-        "efficiency_ci95": float(1.96 * efficiency.std(ddof=1) / math.sqrt(len(efficiency)))
-        if len(efficiency) > 1 else 0.0,
+        "efficiency_low": low,
+        "efficiency_high": high,
         "speedup_vs_static": float(np.mean(speed / static_speed)),
         "repartitions_per_hour": float(np.mean([r.repartitions_per_hour for r in runs])),
         "rebalances_per_hour": float(np.mean([r.rebalances_per_hour for r in runs])),
@@ -109,10 +123,11 @@ def to_markdown(results: dict[str, Any]) -> str:
     lines = []
     for scenario, table in results["scenarios"].items():
         lines += [f"### {scenario}", "",
-                  "| policy | efficiency | ±95% | speedup vs static | repartitions/h | rebalances/h | stall s/h |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| policy | efficiency | 95% interval | speedup vs static | repartitions/h | rebalances/h "
+                  "| stall s/h |", "|---|---|---|---|---|---|---|"]
         for name, m in table.items():
-            lines.append(f"| {name} | {m['efficiency_mean']:.4f} | {m['efficiency_ci95']:.4f} | "
+            interval = f"{m['efficiency_low']:.4f}-{m['efficiency_high']:.4f}"
+            lines.append(f"| {name} | {m['efficiency_mean']:.4f} | {interval} | "
                          f"{m['speedup_vs_static']:.3f} | {m['repartitions_per_hour']:.1f} | "
                          f"{m.get('rebalances_per_hour', 0.0):.1f} | {m['stall_s_per_hour']:.1f} |")
         lines.append("")
@@ -129,17 +144,43 @@ def write_report(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
     save_figure(plot_efficiency(results["scenarios"], results.get("episodes")), plots[0])
     for scenario, timelines in results.get("timelines", {}).items():
         path = out / f"timeline_{scenario_slug(scenario)}.png"
-        save_figure(plot_timeline(timelines, f"{scenario}: the first episode, every policy on the same conditions"),
-                    path)
+        save_figure(plot_timeline(timelines, f"{scenario}: the first episode, every policy on the same conditions"
+                                  f"{episode_description(timelines)}"), path)
         plots.append(path)
     return [out / "results.json", out / "results.md", *plots]
 
 
 def scenario_slug(scenario: str) -> str:
-    """A file-name part for a scenario: the preset's name, or ``trace-STEM`` for ``trace:path/STEM.csv``."""
+    """A file-name part for a scenario: the preset's name, or ``trace-STEM`` for ``trace:path/STEM.csv`` (just
+    ``STEM`` when it already starts with ``trace``: ``trace.csv`` gives ``timeline_trace.png``)."""
     if scenario.startswith("trace:"):
-        return "trace-" + Path(scenario[len("trace:"):]).stem
+        stem = Path(scenario[len("trace:"):]).stem
+        return stem if stem.startswith("trace") else "trace-" + stem
     return scenario
+
+
+def episode_description(timelines: dict[str, dict[str, Any]]) -> str:
+    """``" (4 stages of transformer16, 1f1b, 8 micro-batches)"``: what a timeline's episode ran (a replica
+    count too when the job had several)."""
+    first = next((t for t in timelines.values() if t.get("time_s")), {})
+    if "stages" not in first:
+        return ""
+    replicas = f"{first['replicas']} replicas x " if first.get("replicas", 1) > 1 else ""
+    return (f" ({replicas}{first['stages']} stages of {first['profile']}, {first['schedule']}, "
+            f"{first['microbatches']} micro-batches)")
+
+
+def same_series(series: dict[str, list[float]]) -> list[list[str]]:
+    """Groups of names whose series are identical, in first-seen order (a line drawn over another hides
+    it: a legend must say which coincide)."""
+    groups: list[list[str]] = []
+    for name, values in series.items():
+        match = next((g for g in groups if np.array_equal(series[g[0]], values)), None)
+        if match is None:
+            groups.append([name])
+        else:
+            match.append(name)
+    return groups
 
 
 def plot_efficiency(scenarios: dict[str, dict[str, dict[str, float]]], episodes: int | None) -> Figure:
@@ -150,13 +191,14 @@ def plot_efficiency(scenarios: dict[str, dict[str, dict[str, float]]], episodes:
     fig, ax = plt.subplots(figsize=(max(7.5, 1.3 * len(names) * max(len(policies), 2) / 2 + 1.5), 4.4))
     width = 0.8 / len(policies)
     for k, policy in enumerate(policies):
-        means = [scenarios[s][policy]["efficiency_mean"] for s in names]
-        errors = [scenarios[s][policy]["efficiency_ci95"] for s in names]
+        means = np.array([scenarios[s][policy]["efficiency_mean"] for s in names])
+        errors = np.array([[m - scenarios[s][policy]["efficiency_low"], scenarios[s][policy]["efficiency_high"] - m]
+                           for s, m in zip(names, means)]).T
         ax.bar(np.arange(len(names)) + k * width, means, width, yerr=errors, capsize=2, label=policy,
                color=policy_colour(policy, k))
     ax.set_xticks(np.arange(len(names)) + width * (len(policies) - 1) / 2, names)
-    low = min(m["efficiency_mean"] - m["efficiency_ci95"] for t in scenarios.values() for m in t.values())
-    high = max(m["efficiency_mean"] + m["efficiency_ci95"] for t in scenarios.values() for m in t.values())
+    low = min(m["efficiency_low"] for t in scenarios.values() for m in t.values())
+    high = max(m["efficiency_high"] for t in scenarios.values() for m in t.values())
     bottom = max(0.0, np.floor((low - 0.02) * 20) / 20)
     ax.set_ylim(bottom, max(1.0, high) + 0.005)
     ax.axhline(1.0, color="black", lw=0.6, ls=":")
@@ -164,8 +206,8 @@ def plot_efficiency(scenarios: dict[str, dict[str, dict[str, float]]], episodes:
     ax.set_xlabel("scenario")
     over = f" over {episodes} episodes" if episodes else ""
     note = f"; the y axis starts at {bottom:.2f}, not 0" if bottom > 0 else ""
-    ax.set_title(f"Simulated efficiency by scenario\nbars: mean; error bars: 95% confidence interval{over}{note}",
-                 fontsize=9)
+    ax.set_title(f"Simulated efficiency by scenario\nbars: mean; error bars: 95% bootstrap interval of the mean"
+                 f"{over} (within the episodes' range: never above 1.0){note}", fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="policy", title_fontsize=8)
     return fig
 
@@ -185,9 +227,12 @@ def plot_timeline(timelines: dict[str, dict[str, Any]], title: str) -> Figure:
     axes[0].set_title(title)
     axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="stage's device",
                    title_fontsize=7)
-    for k, name in enumerate(names):
+    efficiencies = {name: timelines[name]["efficiency"] for name in names}
+    for group in same_series(efficiencies):  # identical lines once, the legend naming every policy they are
+        name = group[0]
+        label = name if len(group) == 1 else f"{' = '.join(group)} (identical)"
         axes[1].step(minutes("time_s", timelines[name]), timelines[name]["efficiency"], where="pre", lw=0.9,
-                     color=policy_colour(name, k), label=name)
+                     color=policy_colour(name, names.index(name)), label=label)
     axes[1].set_ylabel("efficiency per interval\n(1 = clairvoyant)")
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="policy", title_fontsize=7)
     for ax, name in zip(axes[2:], names):

@@ -20,6 +20,7 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.errors import InputError
+from rlpipe.errors import InputError, UserCodeError
 
 
 @dataclass
@@ -196,7 +197,7 @@ def load_model(spec: str, num_layers: int | None = None, microbatch_size: int | 
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InputError(f"--model '{spec}': {target} has no callable '{attr}'")
-    result = factory()
+    result = _call_factory(factory, spec)
     if not isinstance(result, tuple) or len(result) not in (4, 5):
         raise InputError(f"--model '{spec}': the factory must return (layers, example_microbatch, target, loss_fn) "
                          f"or those and a data source")
@@ -209,6 +210,21 @@ def load_model(spec: str, num_layers: int | None = None, microbatch_size: int | 
     name = Path(target).stem if target.endswith(".py") else target.rpartition(".")[2]
     return ModelSpec(name, layer_list, example, target_tensor, loss_fn, _data_source(result[4], spec)
                      if len(result) == 5 else None)
+
+
+def _call_factory(factory: Callable[[], Any], spec: str) -> Any:
+    """The factory's result; if it raises, a :class:`UserCodeError` naming it and its error, with the
+    frames of the user's own code (rlpipe's are not theirs to read)."""
+    try:
+        return factory()
+    except Exception as err:
+        frames = [frame for frame in traceback.extract_tb(err.__traceback__)
+                  if "rlpipe" not in Path(frame.filename).parts]
+        details = "".join(["Traceback (your code):\n", *traceback.format_list(frames),
+                           *traceback.format_exception_only(type(err), err)])
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise UserCodeError(f"--model '{spec}': the factory raised {type(err).__name__}: {first_line}",
+                            details) from None
 
 
 def _data_source(source: Any, spec: str) -> Batches:

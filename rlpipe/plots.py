@@ -60,6 +60,8 @@ def plot_partitions(ax: Any, starts: ArrayLike, end: float, boundaries: Sequence
                     num_layers: int, colours: list) -> None:
     """Stacked stage sizes: from ``starts[i]`` (to the next start, the last to ``end``) the pipeline ran
     ``boundaries[i]``; stage s is the band of its layers, bottom to top."""
+    from matplotlib.ticker import MaxNLocator
+
     x = np.append(np.asarray(starts, dtype=float), end)
     edges = np.array([list(b) + [num_layers] for b in boundaries], dtype=float)
     edges = np.vstack([edges, edges[-1]])  # the last partition holds until the end
@@ -67,6 +69,7 @@ def plot_partitions(ax: Any, starts: ArrayLike, end: float, boundaries: Sequence
         ax.fill_between(x, edges[:, stage], edges[:, stage + 1], step="post", color=colours[stage],
                         label=f"stage {stage}", lw=0)
     ax.set_ylim(0, num_layers)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # layers come whole
     ax.set_ylabel("layers held\n(stacked by stage)")
 
 

@@ -46,6 +46,7 @@ def summarize(records: list[dict[str, Any]], calibration: Calibration | None = N
                "decision_latency_ms": float(np.median(latencies)) if latencies else None,
                "first_loss": records[0].get("loss"), "final_loss": records[-1].get("loss"),
                "device_time": header.get("device_time"), "device_time_scale": header.get("device_time_scale"),
+               "profile_id": header.get("profile_id"),
                "oversubscribed": header.get("oversubscribed"),
                "emulation_overran": overran / chunks if chunks else None,
                "emulation_valid": overran / chunks <= INVALID_OVERRUN_FRACTION if chunks else None,
@@ -62,7 +63,9 @@ def describe_device_time(summary: dict[str, Any]) -> str:
     """How a run's device time was run, in a few words (for tables)."""
     if summary["device_time"] == "emulated":
         validity = "" if summary["emulation_valid"] in (None, True) else ", INVALID"
-        return f"emulated x{summary['device_time_scale']:g} ({summary['emulation_overran']:.1%} overran{validity})"
+        profile = f", profile {summary['profile_id']}" if summary.get("profile_id") else ""
+        return (f"emulated x{summary['device_time_scale']:g}{profile} ({summary['emulation_overran']:.1%} "
+                f"overran{validity})")
     if summary["device_time"] == "real":
         return "real, oversubscribed" if summary["oversubscribed"] else "real"
     return "-"
@@ -93,6 +96,12 @@ def write_report(paths: list[str], out_dir: str | Path, calibration: Calibration
                      f"{s['throughput_samples_s'] / first:.3f} | {s['repartitions']} | {s['stall_s']:.3f} | "
                      f"{s['bytes_moved']:,} | {s['fallbacks']} | {latency} | {loss} | {describe_device_time(s)} | "
                      f"{fidelity} |")
+    devices = {name: (s.get("profile_id"), s.get("device_time_scale")) for name, s in summaries.items()
+               if s["device_time"] == "emulated"}
+    if len(set(devices.values())) > 1:
+        shown = "; ".join(f"{name}: profile {pid or 'unknown'} at x{scale:g}" for name, (pid, scale) in devices.items())
+        lines += ["", f"These runs emulated different devices ({shown}): their throughputs do not compare. Give "
+                  "every run the same --profile and --device-time-scale (README, 'Comparing runs')."]
     invalid = [name for name, s in summaries.items() if s["emulation_valid"] is False]
     if invalid:
         lines += ["", f"Emulation did not hold in {', '.join(invalid)}: more than {INVALID_OVERRUN_FRACTION:.0%} of "
@@ -104,9 +113,9 @@ def write_report(paths: list[str], out_dir: str | Path, calibration: Calibration
 
 
 def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
-    """Live runs side by side over run time: throughput, injected slowdown, live over predicted
-    iteration time (where logged), GPU utilisation (on CUDA), training loss, and each run's partition
-    (stacked stage sizes, repartitions marked)."""
+    """Live runs side by side over run time: throughput, each run's injected slowdown, live over
+    predicted iteration time (where logged), GPU utilisation (on CUDA), training loss, and each run's
+    partition (stacked stage sizes, repartitions marked)."""
     plt = use_agg()
     first = next(iter(runs.values()))
     num_stages = len(first[0]["boundaries"])
@@ -114,32 +123,33 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
     colours = stage_colours(num_stages)
     predicted = any("predicted_iteration_ms" in r for records in runs.values() for r in records)
     on_gpu = any("gpu_utilization" in s for r in first for s in r["stages"])  # NVML's figures, on CUDA only
-    extra = 3 + predicted + on_gpu
+    injected = [name for name, records in runs.items() if "injected_slowdown" in records[0]]
+    panels = max(len(injected), 1)  # every run's own interference: a drop in one needs its own cause
+    extra = 2 + panels + predicted + on_gpu
     fig, axes = plt.subplots(extra + len(runs), 1, figsize=(11, 2.1 * (extra + len(runs))), sharex=True)
     for k, (name, records) in enumerate(runs.items()):
         axes[0].step(_interval_starts(records) + [records[-1]["wall_s"]],
                      [r["throughput_samples_s"] for r in records] + [records[-1]["throughput_samples_s"]],
                      where="post", lw=1.0, color=policy_colour(name, k), label=name)
+    axes[0].set_ylim(bottom=0)
     axes[0].set_ylabel("throughput\n(samples/s per interval)")
     axes[0].set_title("Live runs: throughput, injected interference and partitions over run time")
     axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run", title_fontsize=7)
-    if "injected_slowdown" in first[0]:
-        plot_slowdowns(axes[1], _interval_starts(first), first[-1]["wall_s"],
-                       np.array([r["injected_slowdown"] for r in first]), colours, "injected")
-        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=f"in run {next(iter(runs))}",
-                       title_fontsize=7)
-    else:
+    for ax, name in zip(axes[1:1 + panels], injected):
+        _plot_injected(ax, runs[name], name if len(runs) > 1 else None)
+    if not injected:
         axes[1].text(0.5, 0.5, "no interference injected", ha="center", va="center", transform=axes[1].transAxes)
         axes[1].set_ylabel("injected slowdown")
+    row = 1 + panels
     if predicted:
         for k, (name, records) in enumerate(runs.items()):
             kept = [r for r in records if "predicted_iteration_ms" in r]
-            axes[2].plot([r["wall_s"] for r in kept], [r["iteration_ms"] / r["predicted_iteration_ms"] for r in kept],
-                         marker=".", lw=0.9, color=policy_colour(name, k), label=name)
-        axes[2].axhspan(0.9, 1.1, color="grey", alpha=0.15, label="within 10%")
-        axes[2].axhline(1.0, color="black", lw=0.6, ls=":")
-        axes[2].set_ylabel("live / predicted\niteration time")
-        axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run", title_fontsize=7)
+            axes[row].plot([r["wall_s"] for r in kept], [r["iteration_ms"] / r["predicted_iteration_ms"] for r in kept],
+                           marker=".", lw=0.9, color=policy_colour(name, k), label=name)
+        axes[row].axhspan(0.9, 1.1, color="grey", alpha=0.15, label="within 10%")
+        axes[row].axhline(1.0, color="black", lw=0.6, ls=":")
+        axes[row].set_ylabel("live / predicted\niteration time")
+        axes[row].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run", title_fontsize=7)
     if on_gpu:
         _plot_gpu_utilization(axes[extra - 2], first, colours, next(iter(runs)))
     for k, (name, records) in enumerate(runs.items()):
@@ -158,6 +168,21 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes[-1].set_xlabel("run time (s)")
     return fig
+
+
+def _plot_injected(ax: Any, records: list[dict[str, Any]], run: str | None) -> None:
+    """One run's injected slowdown of every device (``run``: its name, when several runs are shown)."""
+    slowdowns = np.array([r["injected_slowdown"] for r in records])
+    stages = len(records[0]["boundaries"])
+    replicas = slowdowns.shape[1] // stages
+    plot_slowdowns(ax, _interval_starts(records), records[-1]["wall_s"], slowdowns, stage_colours(slowdowns.shape[1]),
+                   "injected")
+    if replicas > 1:  # device r x S + s: say which replica and stage each line is
+        for line, device in zip(ax.get_lines(), range(slowdowns.shape[1])):
+            line.set_label(f"replica {device // stages}, stage {device % stages}")
+    if run is not None:
+        ax.set_title(f"injected slowdown in run {run}", fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="device", title_fontsize=7)
 
 
 def _plot_gpu_utilization(ax: Any, records: list[dict[str, Any]], colours: list, run: str) -> None:

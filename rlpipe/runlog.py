@@ -33,6 +33,7 @@ RECORD_FIELDS: dict[str, Any] = {
     "predicted_compute_ms": list[Number], "run": dict, "emulation": dict, "injected_slowdown": list[Number],
     "trace_time_s": Number, "decision": dict, "fallbacks": dict, "repartition": dict, "repartitions": list[dict],
     "replicas": list[dict], "microbatch_split": list[int], "sync_ms": list[Number], "rebalance": dict,
+    "device_time_scale": Number,
 }
 STAGE_FIELDS: dict[str, Any] = {
     "compute_ms": Number, "comm_ms": Number, "idle_ms": Number, "num_layers": int, "memory_bytes": Number,
@@ -45,7 +46,7 @@ HEADER_FIELDS: dict[str, Any] = {
     "device_time_scale": Number, "oversubscribed": bool, "processes": int, "cores": int, "p2p_gbps": Number,
     "op_overhead_ms": Number, "forward_ms": list[Number], "backward_ms": list[Number],
     "activation_bytes": list[Number], "param_bytes": list[Number], "data_parallel": int,
-    "microbatch_split": list[int],
+    "microbatch_split": list[int], "profile_id": str, "profile_source": str, "first_iteration": int,
 }
 PART_FIELDS: dict[str, dict[str, Any]] = {
     "emulation": {"chunks": int, "overran": int},
@@ -64,7 +65,7 @@ def load_run(path: str | Path) -> list[dict[str, Any]]:
     """The records of one run log; a malformed line is an error naming the file, line and field."""
     path = Path(path)
     lines = read_text(path, "run log").splitlines()
-    records = []
+    records: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -72,6 +73,9 @@ def load_run(path: str | Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
+            if not records and _is_json_document("\n".join(lines)):
+                raise InputError(f"{path}: a JSON document, not a run log (one JSON record per line, as "
+                                 f"'rlpipe run --log' writes)") from None
             raise InputError(f"{where}: not JSON ({err.msg})") from None
         except RecursionError:
             raise InputError(f"{where}: not JSON (nested too deeply)") from None
@@ -85,6 +89,14 @@ def load_run(path: str | Path) -> list[dict[str, Any]]:
     if not records:
         raise InputError(f"{path}: no records")
     return records
+
+
+def _is_json_document(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
 
 
 def check_record(record: dict[str, Any], where: str) -> None:

@@ -1,4 +1,6 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,6 +9,9 @@ from rlpipe.profile import LayerCost, LayerProfile
 
 # tests/ holds a user-model package (user_models.py) that CLI tests import as pkg.module:factory.
 sys.path.insert(0, str(Path(__file__).parent))
+# the profiles runs measure are kept (rlpipe/runtime/profiles.py): the suite keeps its own, so that no test
+# depends on what an earlier session, or another test file, left in the user's cache
+os.environ.setdefault("RLPIPE_CACHE_DIR", tempfile.mkdtemp(prefix="rlpipe-test-cache-"))
 
 
 def make_profile(compute_ms, activation_bytes=None, state_bytes=None, name="synthetic") -> LayerProfile:

@@ -2,6 +2,7 @@
 the comparison of two runs' training."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +11,8 @@ from pathlib import Path
 import torch
 
 TESTS = Path(__file__).resolve().parent
-ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"}
+ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin", "RLPIPE_CACHE_DIR": os.environ["RLPIPE_CACHE_DIR"]}
+"""What a test's subprocess sees: the tests' own modules, a bare PATH, the suite's profile cache."""
 
 
 def run_command(*args, timeout=240) -> subprocess.CompletedProcess:

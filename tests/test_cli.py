@@ -1,18 +1,20 @@
 """The command line end to end, as a user runs it: real subprocesses, real exit codes."""
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from live_runs import ENV
 
 TESTS = Path(__file__).parent
 
 
 def rlpipe(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "rlpipe.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+                          cwd=cwd, env=ENV)
 
 
 def test_partition_json():
@@ -69,10 +71,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_help_explains_every_command():
-    for command in ["profile", "partition", "simulate", "scenario"]:
-        result = rlpipe(command, "--help")
-        assert result.returncode == 0 and "--" in result.stdout
+def test_help_explains_every_command(capsys):
+    from rlpipe.cli import build_parser, commands, main
+
+    build_parser()
+    assert set(commands) >= {"profile", "partition", "simulate", "scenario", "evaluate", "train", "run", "report",
+                             "calibrate", "demo"}
+    for name, parser in commands.items():
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert exit_info.value.code == 0 and shown.startswith(f"usage: rlpipe {name}")
+        for action in parser._actions:  # every option is listed, with words that say what it does
+            if action.help != argparse.SUPPRESS and action.option_strings:
+                assert action.option_strings[0] in shown and len(action.help or "") > 10, (name, action.dest)
 
 
 def test_partition_takes_slowdowns_like_traces_do():
@@ -124,3 +136,58 @@ def test_a_trace_scenario_names_its_timeline_after_the_file(tmp_path):
                     "--stages", "2", "--duration-s", "300", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "timeline_trace-my-trace.png").exists()
+
+
+def test_a_missing_policy_folder_names_the_files_training_writes(capsys):
+    from rlpipe.cli import main
+
+    assert main(["run", "--model", "mlp", "--stages", "2", "--policy", "ppo:out/does-not-exist"]) == 2
+    stderr = capsys.readouterr().err
+    assert "policy.pt and policy.json" in stderr and "does-not-exist.pt" not in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+def test_a_json_file_that_is_no_run_log_is_named_so(tmp_path, capsys):
+    from rlpipe.cli import main
+    from rlpipe.profile import load_profile
+
+    load_profile("mlp16").save(tmp_path / "profile.json")
+    assert main(["report", str(tmp_path / "profile.json"), "-o", str(tmp_path / "report")]) == 2
+    stderr = capsys.readouterr().err
+    assert "a JSON document, not a run log" in stderr and "not JSON" not in stderr
+
+
+def test_a_mistyped_option_shows_the_usage_of_its_command(capsys):
+    from rlpipe.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--polcy", "threshold", "--model", "mlp", "--stages", "2"])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2 and stderr.startswith("usage: rlpipe run")
+    assert "unrecognized arguments: --polcy threshold" in stderr
+
+
+def test_a_failing_factory_is_named_with_the_users_own_traceback(tmp_path):
+    result = rlpipe("profile", "--model", "user_models:raises", "-o", str(tmp_path / "p.json"))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2
+    assert lines[0] == ("rlpipe profile: error: --model 'user_models:raises': the factory raised ValueError: "
+                        "the checkpoint path is wrong")
+    assert "user_models.py" in result.stderr and "_make_layers" in result.stderr
+    assert "rlpipe/" not in result.stderr.replace("rlpipe profile", "")  # none of rlpipe's own frames
+
+
+def test_calibrate_refuses_emulated_logs_unless_asked(tmp_path, capsys):
+    from synthetic_logs import synthetic_run
+
+    from rlpipe.cli import main
+
+    records = synthetic_run(0, intervals=60)
+    records[0]["run"]["device_time"] = "emulated"
+    log = tmp_path / "emulated.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["calibrate", str(log), "-o", str(tmp_path / "c.json")]) == 2
+    stderr = capsys.readouterr().err
+    assert "emulated device time" in stderr and "--allow-emulated" in stderr and not (tmp_path / "c.json").exists()
+    assert main(["calibrate", str(log), "-o", str(tmp_path / "c.json"), "--allow-emulated"]) == 0
+    assert (tmp_path / "c.json").exists()

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from live_runs import ENV
 
 from rlpipe.cli import main
 from rlpipe.errors import InputError
@@ -263,7 +264,7 @@ def run_log(tmp_path_factory) -> list[dict]:
                              "--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "25",
                              "--interval", "5", "--policy", "dynpipe", "--log", str(log)],
                             capture_output=True, text=True, timeout=240,
-                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+                            env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
     return [json.loads(line) for line in log.read_text().splitlines()]
 

@@ -1,11 +1,17 @@
 """Every figure reads without the code: a title, labelled axes, a legend wherever colours mean something."""
 
-import json
-
 import numpy as np
+import pytest
 
 from rlpipe.envs import EnvConfig
-from rlpipe.evaluate import evaluate, plot_efficiency, plot_timeline
+from rlpipe.evaluate import (
+    episode_description,
+    evaluate,
+    plot_efficiency,
+    plot_timeline,
+    same_series,
+    scenario_slug,
+)
 from rlpipe.plots import policy_colour, stage_colours
 from rlpipe.report import plot_runs
 
@@ -28,16 +34,47 @@ def test_policies_and_stages_never_share_a_colour():
     assert not policies & {to_hex(c) for c in stage_colours(8)}
 
 
-def test_evaluation_figures_are_readable():
-    results = evaluate(["static", "greedy", "oracle"], ["heavy"], episodes=2, seed=1,
-                       config=EnvConfig(duration_s=900, min_stages=4, max_stages=4), progress=False)
-    figure = plot_efficiency(results["scenarios"], 2)
+@pytest.fixture(scope="module")
+def evaluated():
+    return evaluate(["static", "greedy", "dynpipe", "oracle"], ["heavy", "drift"], episodes=2, seed=1,
+                    config=EnvConfig(duration_s=900, min_stages=4, max_stages=4), progress=False)
+
+
+def test_evaluation_figures_are_readable(evaluated):
+    figure = plot_efficiency(evaluated["scenarios"], 2)
     assert_readable(figure)
-    assert "95% confidence interval" in figure.get_axes()[0].get_title()
-    timeline = plot_timeline(results["timelines"]["heavy"], "heavy")
+    assert "95% bootstrap interval" in figure.get_axes()[0].get_title()
+    timeline = plot_timeline(evaluated["timelines"]["heavy"], "heavy")
     assert_readable(timeline)
     partitions = [ax for ax in timeline.get_axes() if "partition" in ax.get_title(loc="left")]
-    assert len(partitions) == 3  # one stacked-stage panel per policy
+    assert len(partitions) == 4  # one stacked-stage panel per policy
+    for ax in partitions:  # layers come whole: no tick at 2.5
+        assert all(float(tick).is_integer() for tick in ax.get_yticks())
+
+
+def test_efficiency_intervals_never_pass_the_unreachable_bound(evaluated):
+    figure = plot_efficiency(evaluated["scenarios"], 2)
+    for scenario in evaluated["scenarios"].values():
+        for m in scenario.values():
+            assert m["efficiency_low"] <= m["efficiency_mean"] <= m["efficiency_high"] <= 1.0 + 1e-12
+    tops = [segment[:, 1].max() for container in figure.get_axes()[0].containers
+            if hasattr(container, "lines") and container.lines[2] for collection in container.lines[2]
+            for segment in collection.get_segments()]
+    assert tops and max(tops) <= 1.0 + 1e-12  # the drawn error bars too (2 episodes each)
+
+
+def test_coinciding_policies_are_named_together_and_the_episode_is_described(evaluated):
+    timelines = evaluated["timelines"]["drift"]
+    groups = same_series({name: t["efficiency"] for name, t in timelines.items()})
+    assert sum(len(g) for g in groups) == 4
+    figure = plot_timeline(timelines, "drift")
+    labels = [text.get_text() for text in figure.get_axes()[1].get_legend().get_texts()]
+    for group in groups:
+        assert any(all(name in label for name in group) for label in labels)
+        if len(group) > 1:
+            assert any("identical" in label for label in labels)
+    assert episode_description(timelines).startswith(" (4 stages of ")  # the title names stages and profile
+    assert scenario_slug("trace:out/trace.csv") == "trace" and scenario_slug("trace:x/wide.csv") == "trace-wide"
 
 
 def test_report_figure_is_readable(tmp_path):
@@ -46,13 +83,19 @@ def test_report_figure_is_readable(tmp_path):
               "stages": [{"num_layers": 3, "compute_ms": 1.0}, {"num_layers": 3, "compute_ms": 1.0}]}
     moved = {**record, "iteration": 20, "wall_s": 4.0, "boundaries": [0, 4],
              "repartition": {"from": [0, 3], "to": [0, 4], "committed": True, "stall_s": 0.01, "bytes_moved": 1}}
-    runs = {"static": [record, {**record, "iteration": 20, "wall_s": 4.0}], "ppo": [record, moved]}
+    slowed = {**record, "injected_slowdown": [2.5, 1.0]}
+    runs = {"static": [record, {**record, "iteration": 20, "wall_s": 4.0}], "ppo": [slowed, {**moved, **slowed,
+                                                                                          "boundaries": [0, 4]}]}
     figure = plot_runs(runs)
     assert_readable(figure)
     titles = [ax.get_title(loc="left") for ax in figure.get_axes()]
     assert any("ppo" in t and "1 repartition" in t for t in titles)
-    assert json.dumps(runs)  # plain data in, nothing hidden
+    assert "injected slowdown in run static" in titles and "injected slowdown in run ppo" in titles
+    assert figure.get_axes()[0].get_ylim()[0] == 0  # throughput from zero, not 79-81
     assert np.isfinite([line.get_ydata() for line in figure.get_axes()[0].get_lines()][0]).all()
+    single = plot_runs({"run": [record, {**record, "iteration": 20, "wall_s": 4.0}]})
+    legends = [ax.get_legend().get_title().get_text() for ax in single.get_axes() if ax.get_legend()]
+    assert not any("in run" in title for title in legends)
 
 
 def test_report_plots_gpu_utilization_when_the_log_has_it():

@@ -33,3 +33,35 @@ def fails_on_the_last_stage():
     """``tiny`` whose loss fails in the 5th iteration of 4 micro-batches (the start-up profile calls it 5 times)."""
     layers, x, target, _ = tiny()
     return layers, x, target, _LossThatFailsLater(5 + 4 * 4)
+
+
+def _make_layers():
+    raise ValueError("the checkpoint path is wrong")
+
+
+def raises():
+    """A factory with a bug of its own: a user's traceback, not rlpipe's, should show it."""
+    return _make_layers()
+
+
+class _SlowsDown(nn.Module):
+    """A linear layer whose compute takes 5 ms more once it has run ``after`` times (the start-up profile
+    measures it fast; training then finds it slower than its emulated device time)."""
+
+    def __init__(self, after: int):
+        super().__init__()
+        self.linear, self.calls, self.after = nn.Linear(8, 8), 0, after
+
+    def forward(self, x):
+        import time
+
+        self.calls += 1
+        if self.calls > self.after:
+            time.sleep(0.005)
+        return self.linear(x)
+
+
+def slows_after_profiling():
+    torch.manual_seed(0)
+    layers = [_SlowsDown(12), nn.Tanh(), _SlowsDown(12), nn.Linear(8, 4)]
+    return layers, torch.randn(4, 8), torch.randn(4, 4), nn.functional.mse_loss

@@ -105,6 +105,9 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
         s_max: the observation's stage capacity the caller will feed (``None``: the artifact's own).
     """
     path = Path(path)
+    if not path.exists() and path.suffix != ".pt":
+        raise InputError(f"{path}: no such folder (a policy is a folder written by 'rlpipe train --out', holding "
+                         f"policy.pt and policy.json)")
     weights = path / "policy.pt" if path.is_dir() else path.with_suffix(".pt")
     metadata = weights.with_suffix(".json")
     if not weights.exists() or not metadata.exists():

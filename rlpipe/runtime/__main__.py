@@ -7,7 +7,7 @@ import signal
 import sys
 from types import FrameType
 
-from rlpipe.errors import InputError
+from rlpipe.errors import InputError, UserCodeError
 from rlpipe.runtime.config import RunConfig, add_run_arguments, config_from_args
 from rlpipe.runtime.processes import report_failure
 from rlpipe.runtime.worker import run_worker
@@ -32,6 +32,8 @@ def stage_main(config: RunConfig) -> int:
     except InputError as err:
         report_failure(rank, err)
         print(f"rlpipe run: error: {err}", file=sys.stderr)
+        if isinstance(err, UserCodeError):
+            print(err.details.rstrip(), file=sys.stderr)
         return 2
     except BaseException as err:  # a bug, or a peer that went away: the launcher names who failed first
         if interrupted:

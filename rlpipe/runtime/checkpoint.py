@@ -30,6 +30,7 @@ from rlpipe.errors import InputError
 IDENTITY_KEYS = ("model", "layers", "schedule", "microbatches", "batch", "seed")
 """What must match for a run to resume a checkpoint (the stage count may differ: layers reshard)."""
 FOLDER_PREFIX = "iter-"
+PROFILE_FILE = "profile.json"  # the profile the run emulated or planned with (what a resumed run keeps)
 
 
 def tensors_of(modules: list[nn.Module], owned: range, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -48,10 +49,10 @@ def tensors_of(modules: list[nn.Module], owned: range, optimizer: torch.optim.Op
 
 
 def save(directory: str | Path, iteration: int, rank: int, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
-         keep: int = 3) -> str | None:
-    """Collective: every rank writes its tensors; rank 0 publishes the checkpoint and keeps the newest
-    ``keep``. Returns ``None`` when it was published, else why not (the same on every rank; the last
-    published checkpoint stays loadable)."""
+         keep: int = 3, files: dict[str, str] | None = None) -> str | None:
+    """Collective: every rank writes its tensors; rank 0 writes ``meta`` and ``files`` (name: text) beside
+    them, publishes the checkpoint and keeps the newest ``keep``. Returns ``None`` when it was published,
+    else why not (the same on every rank; the last published checkpoint stays loadable)."""
     root = Path(directory)
     final, staging = root / f"{FOLDER_PREFIX}{iteration:08d}", root / f".{FOLDER_PREFIX}{iteration:08d}.tmp"
     error = None
@@ -62,6 +63,8 @@ def save(directory: str | Path, iteration: int, rank: int, tensors: dict[str, to
         dist.barrier()
         dcp.save(tensors, checkpoint_id=str(staging))
         if rank == 0:
+            for name, text in (files or {}).items():
+                (staging / name).write_text(text)
             (staging / "meta.json").write_text(json.dumps({**meta, "iteration": iteration}, indent=1) + "\n")
     # a full disk, a lost file system: the run goes on, its last checkpoint intact (DCP's own
     # CheckpointException derives from BaseException, not Exception)

@@ -9,6 +9,8 @@ from rlpipe.errors import InputError
 from rlpipe.partition import SCHEDULES, Partition
 from rlpipe.split import check_split
 
+UNLIMITED_ITERATIONS = 10**12  # a run with a wall-time budget and no --iterations runs until the budget is spent
+
 
 @dataclass
 class PipelineConfig:
@@ -37,6 +39,8 @@ class PipelineConfig:
         log: JSONL file for one record per interval (``None``: no log); appended to when ``append_log``.
         append_log: append to ``log`` (a resumed run) instead of starting it afresh.
         total_iterations: the run's length, if known: the last interval then decides nothing.
+        duration_s: the run's wall-time budget from its first iteration on, if it has one, s (progress is
+            then shown in time).
         first_iteration: the iteration the run starts at (a resumed run starts past 0).
         drop_moved_optimizer_state: forget moved layers' optimizer state (the correctness control test only).
     """
@@ -61,6 +65,7 @@ class PipelineConfig:
     log: str | None = None
     append_log: bool = False
     total_iterations: int | None = None
+    duration_s: float | None = None
     first_iteration: int = 0
     drop_moved_optimizer_state: bool = False
 
@@ -77,7 +82,9 @@ class RunConfig:
         schedule: ``"1f1b"`` or ``"gpipe"``.
         microbatches: micro-batches per replica per iteration (M).
         batch: samples per iteration, the whole job's (a multiple of D x ``microbatches``).
-        iterations: training iterations to run.
+        iterations: training iterations to run (with ``duration_s``: at most).
+        duration_s: train for this much wall time from the first iteration on, s (``None``: ``iterations``):
+            compared runs then meet the same stretch of their scenario, whatever their speed.
         boundaries: first layer of each stage (``None``: the optimal partition of the profile).
         profile: profile JSON (``None``: measured at start-up).
         seed: seed of the model's initial parameters and of the synthetic data.
@@ -111,6 +118,7 @@ class RunConfig:
     microbatches: int = 4
     batch: int = 32
     iterations: int = 20
+    duration_s: float | None = None
     boundaries: tuple[int, ...] | None = None
     profile: str | None = None
     seed: int = 0
@@ -147,7 +155,8 @@ class RunConfig:
         clock at ``trace_start_s``)."""
         shared = {f.name: getattr(self, f.name) for f in fields(PipelineConfig) if hasattr(self, f.name)}
         return PipelineConfig(**{**shared, "append_log": bool(self.resume), "total_iterations": self.iterations,
-                                 "first_iteration": first_iteration, "trace_start_s": trace_start_s})
+                                 "first_iteration": first_iteration, "trace_start_s": trace_start_s,
+                                 "duration_s": self.duration_s})
 
     def to_argv(self) -> list[str]:
         """The command-line arguments that rebuild this config in a worker process."""
@@ -216,8 +225,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"micro-batches per replica per iteration (default {d.microbatches})")
     parser.add_argument("--batch", type=int, default=d.batch, help="samples per iteration, the whole job's: "
                         f"data-parallel x microbatches micro-batches (default {d.batch})")
-    parser.add_argument("--iterations", type=int, default=d.iterations,
-                        help=f"training iterations (default {d.iterations})")
+    parser.add_argument("--iterations", type=int, help=f"training iterations (default {d.iterations}; with "
+                        "--duration-s, at most this many: unlimited unless given)")
+    parser.add_argument("--duration-s", type=float, help="train for this much wall time from the first iteration "
+                        "on, s, then report throughput over it: compared runs meet the same stretch of their "
+                        "scenario whatever their speed (default: --iterations)")
     parser.add_argument("--boundaries", type=_boundaries, help="first layer of each stage, e.g. 0,4,9,13 "
                         "(default: the optimal partition of the profile)")
     parser.add_argument("--profile", help="profile JSON or shipped name for the initial partition "
@@ -237,9 +249,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "iteration ITER, e.g. 10:3,5 (replica 0 runs 3 micro-batches, replica 1 runs 5; they total "
                         "data-parallel x microbatches)")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
-    parser.add_argument("--policy", help="controller deciding repartitions every --interval iterations: static, "
-                        "greedy, dynpipe, threshold, ppo (the shipped default) or ppo:PATH (a folder written by rlpipe "
-                        "train; default: none, only --repartition-at)")
+    parser.add_argument("--policy", help="controller deciding repartitions (and, with replicas, micro-batch splits) "
+                        "every --interval iterations: static, greedy, dynpipe, threshold, falcon, ppo (the shipped "
+                        "default) or ppo:PATH (a folder written by rlpipe train; default: none, only --repartition-at "
+                        "and --rebalance-at)")
     parser.add_argument("--fallback", choices=FALLBACKS, default=d.fallback,
                         help="the heuristic that decides for ppo when its actor cannot (more stages than it was "
                         f"trained for, unusable statistics; default {d.fallback})")
@@ -281,7 +294,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     values = {f.name: getattr(args, f.name) for f in fields(RunConfig) if hasattr(args, f.name)}
     values["repartition_at"] = dict(args.repartition_at or [])
     values["rebalance_at"] = dict(args.rebalance_at or [])
+    if values.get("iterations") is None:
+        values["iterations"] = UNLIMITED_ITERATIONS if args.duration_s is not None else RunConfig.iterations
     config = RunConfig(**values)
+    if config.duration_s is not None and not config.duration_s > 0:
+        raise InputError(f"--duration-s: must be > 0, got {config.duration_s}")
     if min(config.stages, config.data_parallel, config.microbatches, config.iterations, config.interval) < 1:
         raise InputError("--stages, --data-parallel, --microbatches, --iterations and --interval must be >= 1")
     total = config.data_parallel * config.microbatches

@@ -12,6 +12,7 @@ prediction for it beside the measurement.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ from rlpipe.runtime.publisher import Publisher
 from rlpipe.runtime.split import BatchPlan, plan_batch
 from rlpipe.runtime.stage import OptimizerFactory, StageWorker
 from rlpipe.runtime.startup import (
+    ProfileInfo,
     gpu_load,
     local_processes_and_cores,
     measure_op_overhead_ms,
@@ -92,6 +94,10 @@ def _checked_config(layers: Sequence[nn.Module], loss_fn: Callable, optimizer: O
         except InputError as err:
             raise ValueError(f"AdaptivePipeline: policy: {err}") from None
     return checked
+
+
+ADAPT_OVERRUN = 0.02  # an interval with more of its chunks overrunning their emulated time ...
+ADAPT_FACTOR = 1.25  # ... makes the default device-time scale this much larger
 
 
 def default_optimizer(params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -151,7 +157,6 @@ class AdaptivePipeline:
         if self.config.interference:  # device r x S + s of the trace is replica r's stage s: this rank
             self.injector = Injector.from_spec(self.config.interference, self.world, self.rank, self.config.time_scale,
                                                self.config.inject, self.config.seed)
-            self.injector.start -= self.config.trace_start_s / self.config.time_scale
         self.clock = DeviceClock(self.config.device_time, self.injector, self.device)
         self.bandwidth_gbps = measure_p2p_bandwidth_gbps(self.rank, self.world, self.device)
         self.stage: StageWorker | None = None
@@ -163,6 +168,7 @@ class AdaptivePipeline:
         self._last_plan: tuple | None = None
         self.meter = IntervalMeter()
         self.start = time.perf_counter()
+        self.training_start: float | None = None
 
     @property
     def boundaries(self) -> tuple[int, ...]:
@@ -199,8 +205,9 @@ class AdaptivePipeline:
         config, dims = self.config, self.dims
         self.overheads = Overheads(op_ms=measure_op_overhead_ms(self.mesh, config.schedule, config.microbatches,
                                                                 self.device))
-        plan, device_profile = plan_launch(config, self.layers, example, target, self.loss_fn, self.rank, dims.stages,
-                                           self.processes, self.cores, self.device, self.init_layer)
+        plan, profile = plan_launch(config, self.layers, example, target, self.loss_fn, self.rank, dims.stages,
+                                    self.processes, self.cores, self.device, self.init_layer)
+        self.profile_info = profile
         self.plan = plan
         owned = Partition(plan.boundaries, len(self.layers)).stage_ranges()[self.mesh.stage]
         for index in range(*owned):
@@ -214,13 +221,14 @@ class AdaptivePipeline:
             self._apply_state(self._pending_state)
             self._pending_state = None
         if self.rank == 0:
-            assert device_profile is not None
+            assert profile is not None
+            device_profile = profile.device
             if config.policy:
                 migration = MigrationCost(bandwidth_gbps=self.bandwidth_gbps or 10.0,
                                           overhead_s=config.migration_overhead_s)
                 self.controller = Controller(config.policy, device_profile, dims.stages, config.schedule,
                                              config.microbatches, migration, config.fallback, dims.replicas)
-            self.publisher = Publisher(config, dims, PipelineCosts(device_profile), self._run_header(device_profile),
+            self.publisher = Publisher(config, dims, PipelineCosts(device_profile), self._run_header(profile),
                                        self.overheads, self.bandwidth_gbps)
             emulation = (f"; device time emulated at {plan.device_time_scale:g} x the profile"
                          if config.device_time == "emulated" else "; device time real")
@@ -229,9 +237,9 @@ class AdaptivePipeline:
                   f"{config.microbatches} micro-batches{' per replica' if dims.replicas > 1 else ''}; "
                   f"p2p {self.bandwidth_gbps:.2f} Gbit/s{emulation}", flush=True)
 
-    def _run_header(self, device_profile: Any) -> dict[str, Any]:
+    def _run_header(self, profile: ProfileInfo) -> dict[str, Any]:
         """What the log's first record says of the whole run (see :mod:`rlpipe.runlog`)."""
-        config = self.config
+        config, device_profile = self.config, profile.device
         return {"stages": self.dims.stages, "data_parallel": self.dims.replicas, "schedule": config.schedule,
                 "microbatches": config.microbatches, "microbatch_split": list(self.split),
                 "interval": config.interval, "policy": config.policy, "interference": config.interference,
@@ -241,7 +249,9 @@ class AdaptivePipeline:
                 "op_overhead_ms": self.overheads.op_ms, "forward_ms": self.plan.forward_ms.tolist(),
                 "backward_ms": self.plan.backward_ms.tolist(),
                 "activation_bytes": device_profile.activation_bytes().tolist(),
-                "param_bytes": [layer.param_bytes for layer in device_profile.layers]}
+                "param_bytes": [layer.param_bytes for layer in device_profile.layers],
+                "profile_id": profile.identity, "profile_source": profile.source,
+                "first_iteration": config.first_iteration}
 
     # --- training -------------------------------------------------------------------------------
 
@@ -265,6 +275,8 @@ class AdaptivePipeline:
                 raise ValueError("train_step: the first batch sets the pipeline up: give inputs and targets on "
                                  "every rank")
             self.set_up(inputs[:plan.microbatch_rows], targets[:plan.microbatch_rows])
+        if self.training_start is None:
+            self._start_clocks()
         assert self.stage is not None
         start = time.perf_counter()
         key = (plan.split, plan.microbatch_rows)
@@ -288,6 +300,23 @@ class AdaptivePipeline:
         if self.iteration % self.config.interval == 0 or self.iteration == self.config.total_iterations:
             self.end_interval()
         return loss
+
+    def _start_clocks(self) -> None:
+        """The run's clocks start at its first iteration, after set-up (which takes each run its own time):
+        its wall-time budget and the injected scenario's time."""
+        self.training_start = time.perf_counter()
+        if self.injector is not None:
+            self.injector.start = self.training_start - self.config.trace_start_s / self.config.time_scale
+
+    def out_of_time(self) -> bool:
+        """Whether the run's wall-time budget (``duration_s``) is spent: rank 0's clock decides for every
+        rank (collective, once per iteration; without a budget, never and without a collective)."""
+        if self.config.duration_s is None or self.training_start is None:
+            return False
+        spent = torch.tensor([time.perf_counter() - self.training_start >= self.config.duration_s],
+                             dtype=torch.int64, device=self.device)
+        dist.broadcast(spent, 0)
+        return bool(spent.item())
 
     def _plan(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> BatchPlan:
         """How this batch is trained; every rank learns its size from rank 0 (which reads the inputs)."""
@@ -327,9 +356,9 @@ class AdaptivePipeline:
             self.meter.rebalances.append({"iteration": self.iteration, "from": list(current), "to": list(new)})
             self._pending_split = new
 
-    def end_interval(self) -> None:
+    def end_interval(self, final: bool = False) -> None:
         """Gather every rank's report; rank 0 decides the next partition and split (unless the run ends
-        here), which every rank then adopts (collective)."""
+        here: ``final``, or its last iteration), which every rank then adopts (collective)."""
         assert self.stage is not None
         config, meter = self.config, self.meter
         if meter.iterations == 0:
@@ -344,18 +373,40 @@ class AdaptivePipeline:
                           chunks, overran, *gpu_load(self.device))
         reports = exchange_reports(own, self.world, self.device)
         stats = interval_statistics(reports, meter, self.iteration, self.stage.boundaries, self.dims)
-        decides = bool(config.policy) and self.iteration != config.total_iterations  # else no next interval
+        rescaled = self._hold_emulation(reports)
+        decides = bool(config.policy) and not final and self.iteration != config.total_iterations  # a next one?
         target, split = self._broadcast_decision(stats) if decides else (None, None)
         if self.publisher is not None:
             record = log_record(stats, reports, self.dims, list(meter.losses), time.perf_counter() - self.start, meter)
             record.update(self.publisher.prediction(meter))
             self._annotate(record, reports, decides)
+            if rescaled:
+                record["device_time_scale"] = self.plan.device_time_scale
+                self.publisher.rescale(self.plan.device_time_scale, rescaled)
             self.publisher.publish(record)
         self.meter = IntervalMeter()
         if target is not None and target != self.stage.boundaries:
             self.repartition(target)
         if split is not None and split != self.split:
             self.rebalance(split)
+
+    def _hold_emulation(self, reports: list[StageReport]) -> float:
+        """With the default device-time scale, keep emulation holding on a machine busier than it was at
+        start-up: when more than ``ADAPT_OVERRUN`` of an interval's chunks overran their emulated time,
+        every rank (from the same reports) emulates ``ADAPT_FACTOR`` times slower devices from now on, and
+        the log says so. A scale the user gave is never changed (compared runs need one). Returns the
+        factor applied (0: none)."""
+        if self.config.device_time != "emulated" or self.config.device_time_scale is not None:
+            return 0.0
+        chunks = sum(r.chunks for r in reports)
+        if not chunks or sum(r.overran for r in reports) <= ADAPT_OVERRUN * chunks:
+            return 0.0
+        assert self.stage is not None
+        self.plan = replace(self.plan, forward_ms=self.plan.forward_ms * ADAPT_FACTOR,
+                            backward_ms=self.plan.backward_ms * ADAPT_FACTOR,
+                            device_time_scale=self.plan.device_time_scale * ADAPT_FACTOR)
+        self.stage.rescale(ADAPT_FACTOR)
+        return ADAPT_FACTOR
 
     def _annotate(self, record: dict[str, Any], reports: list[StageReport], decided: bool) -> None:
         """Rank 0: what the log adds beside the figures: emulation, injection, the decision (only if one
@@ -460,10 +511,15 @@ class AdaptivePipeline:
         meta = {**meta, "stages": self.dims.stages, "data_parallel": self.dims.replicas,
                 "microbatch_split": list(self.split), "num_layers": len(self.layers),
                 "boundaries": list(self.stage.boundaries),
-                "trace_time_s": self.injector.trace_time_s() if self.injector else 0.0}
+                "trace_time_s": self.injector.trace_time_s() if self.injector else 0.0,
+                "device_time": self.config.device_time, "device_time_scale": self.plan.device_time_scale}
+        files = {}
+        if self.profile_info is not None:  # rank 0: the devices this run emulated, for a resumed run
+            files[checkpoint.PROFILE_FILE] = json.dumps(self.profile_info.profile.to_dict(), indent=1) + "\n"
+            meta["profile_id"] = self.profile_info.identity
         tensors = (checkpoint.tensors_of(self.layers, self.stage.owned_layers(), self.stage.optimizer)
                    if self.mesh.replica == 0 else {})
-        error = checkpoint.save(directory, self.iteration, self.rank, tensors, meta, keep)
+        error = checkpoint.save(directory, self.iteration, self.rank, tensors, meta, keep, files)
         if error is not None and self.rank == 0:
             message = (f"rlpipe run: warning: the checkpoint at iteration {self.iteration} was not written ({error}); "
                        f"the last one published stays loadable")
@@ -484,7 +540,7 @@ class AdaptivePipeline:
         """Collective, at the end of training: end a last partial interval and print the run's summary
         (and a warning where the emulation did not hold)."""
         if self.stage is not None and self.meter.iterations:
-            self.end_interval()
+            self.end_interval(final=True)
         if self.publisher is None or self.publisher.progress is None:
             return
         progress = self.publisher.progress

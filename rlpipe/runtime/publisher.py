@@ -36,8 +36,8 @@ class Publisher:
         if config.log:
             Path(config.log).parent.mkdir(parents=True, exist_ok=True)
             self.log = open(config.log, "a" if config.append_log else "w")
-        self.progress = (RunProgress(config.first_iteration, config.total_iterations, config.log)
-                         if config.total_iterations is not None else None)
+        self.progress = (RunProgress(config.first_iteration, config.total_iterations, config.log, config.duration_s)
+                         if config.total_iterations is not None or config.duration_s is not None else None)
         self.header_written = False
 
     def prediction(self, meter: IntervalMeter) -> dict[str, Any]:
@@ -55,6 +55,13 @@ class Publisher:
             stage_ms.append(np.max([t.compute_ms / m for t, m in zip(timing.replicas, split, strict=True)], axis=0))
         return {"predicted_iteration_ms": float(np.mean(iteration_ms)),
                 "predicted_compute_ms": np.mean(stage_ms, axis=0).tolist()}
+
+    def rescale(self, scale: float, factor: float) -> None:
+        """Devices emulated ``factor`` times slower from now on (at ``scale``): predict them so, and say so
+        (the header keeps the scale the run started at; the record of the interval says the new one)."""
+        self.predictor = PipelineCosts(self.predictor.profile.scaled(factor))
+        self.write(f"rlpipe run: emulated device time overran on this busy machine: the devices now run "
+                   f"{factor:g}x slower (scale x{scale:g})")
 
     def publish(self, record: dict[str, Any]) -> None:
         """Append one interval's record (the header goes with the first) and show it."""

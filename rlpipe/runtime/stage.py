@@ -173,6 +173,14 @@ class StageWorker:
                                             scale_grads=False)
         self.built_for = (plan.split[mesh.replica], plan.microbatch_rows)
 
+    def rescale(self, factor: float) -> None:
+        """Emulate devices ``factor`` times slower from now on (emulated device time only)."""
+        if self.emulated_ms is not None:
+            self.emulated_ms = (self.emulated_ms[0] * factor, self.emulated_ms[1] * factor)
+            owned = self.owned_layers()
+            self.clock.set_stage(float(self.emulated_ms[0][owned.start:owned.stop].sum()),
+                                 float(self.emulated_ms[1][owned.start:owned.stop].sum()))
+
     def take_compute(self) -> tuple[float, int, list[float]]:
         """(compute seconds, timed micro-batches, compute ms per micro-batch of each timed iteration) since
         the last call, and start counting afresh. An interval that only held a warm-up step reports that

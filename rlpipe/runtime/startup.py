@@ -27,6 +27,7 @@ from rlpipe.runtime.device_time import default_scale
 from rlpipe.runtime.layers import is_materialised
 from rlpipe.runtime.mesh import Mesh
 from rlpipe.runtime.processes import start_heartbeat
+from rlpipe.runtime.profiles import measured_profile, model_key, profile_id
 from rlpipe.simulator import Overheads, simulate_schedule
 
 
@@ -107,24 +108,48 @@ def local_processes_and_cores(world: int) -> tuple[int, int]:
     return processes, len(os.sched_getaffinity(0))
 
 
+@dataclass(frozen=True)
+class ProfileInfo:
+    """Rank 0's account of the profile a run emulates or plans with.
+
+    Attributes:
+        device: the profile in device time (its times x the device-time scale): what the controller and
+            the simulator's prediction use.
+        identity: a short hash of the (unscaled) profile: two runs with the same one, at the same scale,
+            emulate the same devices.
+        source: where it came from: ``measured`` now, ``cached`` (measured by an earlier run here) or the
+            file given.
+    """
+
+    device: LayerProfile
+    identity: str
+    source: str
+    profile: LayerProfile
+
+
 def plan_launch(config: PipelineConfig, layers: list[nn.Module], example: torch.Tensor, target: torch.Tensor,
                 loss_fn: Callable, rank: int, num_stages: int, processes: int, cores: int, device: torch.device,
-                init_layer: Callable[[int, nn.Module], None]) -> tuple[LaunchPlan, LayerProfile | None]:
-    """Rank 0 reads or measures the profile (on copies of any layer that has only structure, given
-    values by ``init_layer``), picks the device-time scale (for ``processes`` stage processes on
-    ``cores`` cores) and the launch partition of ``num_stages`` stages, and shares them with every rank
-    (collective); returns the plan and (on rank 0) the profile in device time, for the controller."""
+                init_layer: Callable[[int, nn.Module], None]) -> tuple[LaunchPlan, ProfileInfo | None]:
+    """Rank 0 reads the profile, or the one measured for this model on this machine (kept from an earlier
+    run, else measured now on copies of any layer that has only structure, given values by
+    ``init_layer``), picks the device-time scale (for ``processes`` stage processes on ``cores`` cores)
+    and the launch partition of ``num_stages`` stages, and shares them with every rank (collective);
+    returns the plan and (on rank 0) the profile's account."""
     message = torch.zeros(num_stages + 2 * len(layers) + 1, dtype=torch.float64, device=device)
-    device_profile = None
+    info = None
     if rank == 0:
-        measured = None
+        measured, source = None, ""
         # the default emulation scale compares the profile with real compute here; a given scale needs no measuring
         needs_scale = config.device_time == "emulated" and config.device_time_scale is None
         if not config.profile or needs_scale:
-            measured = measure_profile(_RealLayers(layers, init_layer), example.to(device), target.to(device),  # type: ignore[arg-type]
-                                       loss_fn, repeats=3, device=device)
-            for module in layers:
-                module.zero_grad(set_to_none=True)
+            def measure() -> LayerProfile:
+                profile = measure_profile(_RealLayers(layers, init_layer), example.to(device),  # type: ignore[arg-type]
+                                          target.to(device), loss_fn, repeats=3, device=device)
+                for module in layers:
+                    module.zero_grad(set_to_none=True)
+                return profile
+
+            measured, source = measured_profile(model_key(layers, example, target, device), measure)
         profile = load_profile(config.profile) if config.profile else measured
         assert profile is not None
         scale = 1.0
@@ -135,13 +160,15 @@ def plan_launch(config: PipelineConfig, layers: list[nn.Module], example: torch.
             scale = default_scale(float(profile.compute_ms().sum()), float(measured.compute_ms().sum()), processes,
                                   cores)
         device_profile = profile.scaled(scale)
+        info = ProfileInfo(device_profile, profile_id(profile), f"file {config.profile}" if config.profile else source,
+                           profile)
         boundaries = config.boundaries or optimal_partition(
             device_profile, num_stages, microbatches=config.microbatches, schedule=config.schedule
         ).partition.boundaries
         plan = LaunchPlan(tuple(boundaries), device_profile.fwd_ms(), device_profile.bwd_ms(), scale)
         message = plan.pack().to(device)
     dist.broadcast(message, 0)
-    return LaunchPlan.unpack(message, num_stages, len(layers)), device_profile
+    return LaunchPlan.unpack(message, num_stages, len(layers)), info
 
 
 class _RealLayers:

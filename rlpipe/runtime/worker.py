@@ -61,6 +61,11 @@ def resume_point(config: RunConfig) -> tuple[Path | None, PipelineConfig]:
     split = meta.get("microbatch_split")
     if resumed is not None and isinstance(split, list) and len(split) == config.data_parallel:
         pipeline_config.microbatch_split = tuple(split)
+    if resumed is not None and config.profile is None and (resumed / checkpoint.PROFILE_FILE).exists():
+        pipeline_config.profile = str(resumed / checkpoint.PROFILE_FILE)  # the same devices as before ...
+        if (config.device_time == "emulated" and config.device_time_scale is None
+                and meta.get("device_time") == "emulated" and isinstance(meta.get("device_time_scale"), (int, float))):
+            pipeline_config.device_time_scale = float(meta["device_time_scale"])  # ... at the same speed
     return resumed, pipeline_config
 
 
@@ -93,6 +98,8 @@ def run_worker(config: RunConfig) -> None:
             pipe.load_checkpoint(resumed)
         identity = {key: getattr(config, key) for key in checkpoint.IDENTITY_KEYS}
         for iteration in range(pipeline_config.first_iteration, config.iterations):
+            if pipe.out_of_time():
+                break
             if iteration in config.repartition_at:
                 pipe.repartition(tuple(config.repartition_at[iteration]), corrupt=config.fail_transfer_at == iteration)
             if iteration in config.rebalance_at:

@@ -120,7 +120,9 @@ def test_the_shipped_default_policy_loads_and_acts():
 
 @pytest.mark.slow
 def test_a_short_run_still_scores_keeps_its_best_and_leaves_no_empty_folder(tmp_path):
-    from tests.test_calibration import fit, synthetic_run
+    from synthetic_logs import synthetic_run
+
+    from rlpipe.calibration import fit
 
     fit([synthetic_run(0, intervals=30)]).save(tmp_path / "cal.json")
     config = TrainConfig(n_timesteps=512, n_envs=2, n_steps=128, batch_size=128, n_epochs=1, eval_episodes=1,

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from live_runs import ENV
 
 from rlpipe.report import summarize, write_report
 from rlpipe.runlog import load_run
@@ -16,7 +17,7 @@ def run(tmp_path, name, *args):
     log = tmp_path / f"{name}.jsonl"
     result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args, "--log", str(log)],
                             capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+                            env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     return log, result.stdout
 
@@ -65,7 +66,7 @@ def test_static_keeps_the_partition_and_report_compares_runs(tmp_path):
 def test_a_misspelt_ppo_artifact_stops_the_run_at_start_up(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", "--model", "mlp", "--layers", "6",
                              "--stages", "2", "--policy", "ppo:my-agnet"], capture_output=True, text=True, cwd=tmp_path,
-                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+                            env=ENV)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "my-agnet" in result.stderr
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from live_runs import ENV
 
 from rlpipe.interference import InterferenceTrace
 from rlpipe.runlog import load_run
@@ -61,7 +62,7 @@ def run(tmp_path, name, *args):
     log = tmp_path / f"{name}.jsonl"
     result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", "--model", "transformer", "--layers", "8",
                              *args, "--log", str(log)], capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+                            env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     return load_run(log), result.stdout
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from live_runs import ENV as LIVE_ENV
 from live_runs import assert_same_training, losses, rlpipe_run
 
 from rlpipe.errors import InputError
@@ -22,7 +23,7 @@ sys.path.insert(0, str(TESTS / "scripts"))
 import own_loop  # noqa: E402
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
-ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+ENV = {**LIVE_ENV, "OMP_NUM_THREADS": "1"}
 
 
 # --- the layout, the split, the weighting ----------------------------------------------------------

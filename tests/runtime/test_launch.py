@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from live_runs import ENV as LIVE_ENV
 
 TESTS = Path(__file__).resolve().parents[1]
 RLPIPE = str(Path(sys.executable).with_name("rlpipe"))  # the console script a user runs
-ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"}
+ENV = LIVE_ENV
 SMALL = ["--model", "mlp", "--layers", "6", "--stages", "2", "--microbatches", "4", "--batch", "16"]
 
 

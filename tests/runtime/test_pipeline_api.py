@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from live_runs import ENV as LIVE_ENV
 from torch import nn
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -15,7 +16,7 @@ sys.path.insert(0, str(TESTS / "scripts"))
 import own_loop  # noqa: E402
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
-ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+ENV = {**LIVE_ENV, "OMP_NUM_THREADS": "1"}
 
 
 def torchrun(tmp_path, stages: int, optimizer: str, schedule: str, *moves: str) -> dict:
