@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-BENCHMARKS = ["bench_simulator", "bench_env", "bench_policies", "bench_runtime", "bench_soak", "bench_fidelity",
-              "bench_live"]
+BENCHMARKS = ["bench_simulator", "bench_env", "bench_policies", "bench_runtime", "bench_hybrid", "bench_soak",
+              "bench_fidelity", "bench_live"]
 RESULTS = Path(__file__).parent
 
 

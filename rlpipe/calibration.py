@@ -111,21 +111,28 @@ class Calibration:
 
 
 def header_costs(header: dict[str, Any]) -> PipelineCosts:
-    """The simulator's model of a logged run, from its header's per-layer device times and activations."""
-    activations = header.get("activation_bytes") or [0] * len(header["forward_ms"])
-    layers = tuple(LayerCost(f"{i}", f, b, int(a), 0, 0) for i, (f, b, a) in
-                   enumerate(zip(header["forward_ms"], header["backward_ms"], activations, strict=True)))
+    """The simulator's model of a logged run, from its header's per-layer device times, activations and
+    parameters (what a hybrid job's gradient sync moves)."""
+    count = len(header["forward_ms"])
+    activations = header.get("activation_bytes") or [0] * count
+    params = header.get("param_bytes") or [0] * count
+    layers = tuple(LayerCost(f"{i}", f, b, int(a), int(w), 0) for i, (f, b, a, w) in
+                   enumerate(zip(header["forward_ms"], header["backward_ms"], activations, params, strict=True)))
     return PipelineCosts(LayerProfile("logged run", 1, layers))
 
 
 def simulate_record(record: dict[str, Any], header: dict[str, Any], compute_bias: float = 0.0,
                     overheads: Overheads | None = None) -> float:
-    """A logged interval's iteration time as the simulator sees it (its partition, mean injected
-    slowdowns, links at the measured bandwidth), with a compute bias and overheads, ms."""
-    slowdown = np.asarray(record.get("injected_slowdown") or np.ones(header["stages"]), dtype=float)
-    return header_costs(header).simulate(record["boundaries"], header["schedule"], header["microbatches"],
-                                         slowdown * (1 + compute_bias), header.get("p2p_gbps") or math.inf,
-                                         overheads=overheads or Overheads()).iteration_ms
+    """A logged interval's iteration time as the simulator sees it (its partition, micro-batch split, mean
+    injected slowdowns, links at the measured bandwidth, a hybrid job's gradient sync), with a compute
+    bias and overheads, ms."""
+    split = record.get("microbatch_split") or [header["microbatches"]]
+    devices = len(split) * header["stages"]
+    slowdown = np.asarray(record.get("injected_slowdown") or np.ones(devices), dtype=float)
+    return header_costs(header).simulate_hybrid(record["boundaries"], header["schedule"], split,
+                                                (slowdown * (1 + compute_bias)).reshape(len(split), header["stages"]),
+                                                header.get("p2p_gbps") or math.inf,
+                                                overheads=overheads or Overheads()).iteration_ms
 
 
 @dataclass

@@ -295,7 +295,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on embedded defaults: a live pipeline on emulated device time under an injected
     window that teaches both lessons (hold through mild noise, move for a lasting straggler), once per
-    policy, then the comparison and its timeline."""
+    policy, then the comparison and its timeline. The runs compare: one profile measured once, one
+    device-time scale, and the same wall-time budget, so each meets the same stretch of the scenario."""
     import os
 
     import torch
@@ -304,29 +305,29 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from rlpipe.models import load_model
     from rlpipe.profile import measure_profile
     from rlpipe.report import write_report
-    from rlpipe.runtime.config import RunConfig
-    from rlpipe.runtime.device_time import comparison_scale, emulated_run_s
+    from rlpipe.runtime.config import UNLIMITED_ITERATIONS, RunConfig
+    from rlpipe.runtime.device_time import comparison_scale
     from rlpipe.runtime.launch import launch
 
     check_scenario(args.scenario)
+    if not args.duration_s > 0:
+        raise InputError(f"--duration-s: must be > 0, got {args.duration_s}")
     policies = _names(args.policies, "--policies", DEMO_POLICIES)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = RunConfig(model="charlm", layers=12, stages=4, schedule="1f1b", microbatches=4, batch=16,
-                     iterations=args.iterations, interval=10, seed=3, interference=args.scenario,
-                     inject="throttle", device_time="emulated", profile=str(out / "profile.json"))
+                     iterations=UNLIMITED_ITERATIONS, duration_s=args.duration_s, interval=10, seed=3,
+                     interference=args.scenario, inject="throttle", device_time="emulated",
+                     profile=str(out / "profile.json"), time_scale=3600.0 / args.duration_s)  # the hour spans a run
     torch.set_num_threads(1)
     spec = load_model(base.model, base.layers, base.batch // base.microbatches, seed=base.seed)
-    profile = measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name=spec.name)
-    profile.save(out / "profile.json")
-    cores = len(os.sched_getaffinity(0))
-    base.device_time_scale = comparison_scale(base.stages, cores)  # one scale: the runs are compared
-    run_s = emulated_run_s(profile, base.stages, base.schedule, base.microbatches, base.iterations, cores,
-                           base.device_time_scale)
-    base.time_scale = 3600.0 / run_s  # the scenario's hour spans each run
+    measure_profile(spec.layers, spec.example_microbatch, spec.target, spec.loss_fn, name=spec.name).save(
+        out / "profile.json")
+    base.device_time_scale = comparison_scale(base.stages, len(os.sched_getaffinity(0)))  # one scale for all
     logs = []
     for policy in policies:
-        print(f"\n=== {policy}: live 4-stage pipeline, emulated device time, injected {args.scenario} ===", flush=True)
+        print(f"\n=== {policy}: live 4-stage pipeline, emulated device time, injected {args.scenario}, "
+              f"{args.duration_s:g} s ===", flush=True)
         log = out / f"{policy.split(':')[0]}.jsonl"
         if launch(RunConfig(**{**base.__dict__, "policy": policy, "log": str(log)})):
             raise SystemExit(1)
@@ -443,12 +444,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "The main job on embedded defaults: a live 4-stage pipeline of a character-level "
             "language model (trained on the Python standard library's source) on emulated device time under "
             "an injected window (mild noise to hold through, a short burst, then a lasting "
-            "straggler to move for), run once per policy, then a comparison table and plots (~12 minutes on 2 cores).")
+            "straggler to move for), run once per policy for the same wall time, then a comparison table and plots "
+            "(~6 minutes on 2 cores).")
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
     p.add_argument("--policies", action="append", help=f"policies to compare (default {DEMO_POLICIES})")
     p.add_argument("--scenario", default="window", help="injected scenario, stretched over each run (default "
                    "window)")
-    p.add_argument("--iterations", type=int, default=250, help="iterations per run (default 250)")
+    p.add_argument("--duration-s", type=float, default=75.0, help="wall time each policy's run trains for, s: "
+                   "the scenario's hour is stretched over it, and every run meets the same stretch (default 75)")
 
     p = add("run", cmd_run, "Train a model as a live pipeline of stage processes on torch.distributed "
             "(gloo on CPU, NCCL on CUDA), repartitioning it while it runs.")

@@ -114,11 +114,11 @@ def assert_no_crash(capsys, argv: list[str]) -> None:
         assert len(err.strip().splitlines()) == 1, (argv, err)
 
 
-def check(capsys, load, cheap: list[list[str]], costly: list[list[str]]) -> None:
+def check(capsys, load, cheap: list[list[str]], costly: list[list[str]], accepted=None) -> None:
     """The contract: what the loader refuses every command refuses in one line; what it accepts the
-    cheap commands survive."""
+    cheap commands survive, and ``accepted(loaded)`` holds of it (what the loaded thing must be usable for)."""
     try:
-        load()
+        loaded = load()
     except InputError as err:
         assert len(str(err).splitlines()) == 1, str(err)
         for argv in cheap + costly:
@@ -126,6 +126,8 @@ def check(capsys, load, cheap: list[list[str]], costly: list[list[str]]) -> None
         return
     for argv in cheap:
         assert_no_crash(capsys, argv)
+    if accepted is not None:
+        accepted(loaded)
 
 
 def evaluate_args(out: Path, *extra: str) -> list[str]:
@@ -215,8 +217,17 @@ def test_hostile_training_configs(tmp_path, capsys, content):
     path = tmp_path / "ppo.yml"
     path.write_bytes(content)
     shutil.copy(ROOT / "configs" / "calibration-cpu.json", tmp_path)  # the config names it beside itself
+    def runs_an_episode_step(config: TrainConfig) -> None:  # an accepted config must train: its environment steps
+        from rlpipe.agents.ppo import _env_kwargs
+        from rlpipe.envs import RepartitionEnv
+
+        env = RepartitionEnv(**_env_kwargs(config))
+        observation, _ = env.reset(seed=0)
+        assert observation.shape == env.observation_space.shape and env.step(0)[0].shape == observation.shape
+        assert config.n_timesteps >= 1 and config.batch_size <= config.n_steps * config.n_envs
+
     check(capsys, lambda: TrainConfig.from_yaml(path), cheap=[],
-          costly=[["train", "--config", str(path), "--out", str(tmp_path / "t")]])
+          costly=[["train", "--config", str(path), "--out", str(tmp_path / "t")]], accepted=runs_an_episode_step)
 
 
 # --- policy artifacts (policy.json + policy.pt) ---------------------------------------------------

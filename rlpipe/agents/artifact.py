@@ -9,6 +9,8 @@ stable-baselines3 nor the training code.
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -127,8 +129,12 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
     actor = Actor(meta.observation_size, meta.hidden_sizes, meta.num_actions, meta.activation)
     try:
         state = torch.load(weights, weights_only=True, map_location="cpu")
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ValueError("not a state dict of tensors")
         actor.load_state_dict(state)
-    except Exception as err:  # a corrupt or foreign file: say which, never run its code
+    # what a corrupt or foreign file raises (a damaged zip, a truncated stream, an unpickler refusing a
+    # global, tensors of other shapes): say which, never run its code. Anything else is a bug, and shows.
+    except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
         first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise InputError(f"{weights}: unreadable policy weights ({type(err).__name__}: {first_line})") from None
     actor.eval()

@@ -17,14 +17,10 @@ from typing import Any
 
 import torch
 
-from rlpipe.partition import optimal_partition
-from rlpipe.profile import LayerProfile
 from rlpipe.runlog import INVALID_OVERRUN_FRACTION
 from rlpipe.runtime.injection import Injector
-from rlpipe.simulator import PipelineCosts
 
-__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "comparison_scale", "default_scale",
-           "emulated_run_s"]
+__all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "comparison_scale", "default_scale"]
 
 DEVICE_TIME_MODES = ("real", "emulated")
 EMULATION_MARGIN = 3.0  # emulated time this many times the real compute expected under contention: room for an
@@ -51,16 +47,6 @@ def comparison_scale(stages: int, cores: int) -> float:
     the default scale for a profile of this machine, fixed, so that every run emulates the same devices
     whatever the machine's load when each one starts."""
     return default_scale(1.0, 1.0, stages, cores)
-
-
-def emulated_run_s(profile: LayerProfile, stages: int, schedule: str, microbatches: int, iterations: int,
-                   cores: int, scale: float | None = None) -> float:
-    """How long ``iterations`` iterations of the profile's optimal partition take in emulated device
-    time at ``scale`` (default: the default scale for ``stages`` processes on ``cores`` cores), s (the
-    profile measured here), e.g. to stretch a scenario's window over a run with ``--time-scale``."""
-    boundaries = optimal_partition(profile, stages, microbatches=microbatches, schedule=schedule).partition.boundaries
-    iteration_ms = PipelineCosts(profile).simulate(boundaries, schedule, microbatches).iteration_ms
-    return iterations * iteration_ms * (scale or default_scale(1.0, 1.0, stages, cores)) / 1e3
 
 
 class DeviceClock:

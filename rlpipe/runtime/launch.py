@@ -34,13 +34,15 @@ def free_port() -> int:
 
 def validate(config: RunConfig) -> None:
     """Refuse a run that cannot work before any process starts (one-line InputError)."""
-    spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed)
+    spec = load_model(config.model, config.layers, config.batch // (config.microbatches * config.data_parallel),
+                      seed=config.seed)
     num_layers = len(spec.layers)
     check_against_model(config, num_layers)
     microbatch_size = spec.example_microbatch.shape[0]
-    if config.model not in BUILTIN_MODELS and microbatch_size * config.microbatches != config.batch:
-        raise InputError(f"--batch {config.batch}: the factory's micro-batch of {microbatch_size} "
-                         f"x {config.microbatches} micro-batches makes {microbatch_size * config.microbatches}")
+    total = config.microbatches * config.data_parallel
+    if config.model not in BUILTIN_MODELS and microbatch_size * total != config.batch:
+        raise InputError(f"--batch {config.batch}: the factory's micro-batch of {microbatch_size} x {total} "
+                         f"micro-batches (--data-parallel x --microbatches) makes {microbatch_size * total}")
     if config.resume:
         _, meta = checkpoint.latest(config.resume)
         checkpoint.check_compatible(meta, config, config.resume)

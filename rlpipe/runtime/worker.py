@@ -87,7 +87,8 @@ def run_worker(config: RunConfig) -> None:
         if world != config.processes:
             raise RuntimeError(f"{world} processes were started for {config.data_parallel} replica(s) of "
                                f"{config.stages} stages")
-        spec = load_model(config.model, config.layers, config.batch // config.microbatches, seed=config.seed,
+        spec = load_model(config.model, config.layers, config.batch // (config.microbatches * config.data_parallel),
+                          seed=config.seed,
                           meta=True)  # a built-in's layers as structure: each rank gives its own ones values
         check_against_model(config, len(spec.layers))  # under torchrun no launcher checked it
         resumed, pipeline_config = resume_point(config)

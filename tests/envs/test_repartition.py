@@ -1,3 +1,5 @@
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -16,8 +18,11 @@ def test_registered_and_keyword_options():
 
 
 def test_passes_gymnasium_and_sb3_checks():
-    gym_check_env(RepartitionEnv(duration_s=300), skip_render_check=True)
-    sb3_check_env(RepartitionEnv(duration_s=300), warn=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a checker's warning is a failure here, not a message to scroll past
+        gym_check_env(RepartitionEnv(duration_s=300), skip_render_check=True)
+        sb3_check_env(RepartitionEnv(duration_s=300), warn=True)
+        sb3_check_env(RepartitionEnv(duration_s=300, data_parallel=(2, 4)), warn=True)
 
 
 def test_reset_seed_reproduces_an_episode_exactly():

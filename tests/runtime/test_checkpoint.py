@@ -142,3 +142,52 @@ def test_kills_at_random_moments_of_a_save_leave_the_previous_checkpoint_loadabl
         loaded.append(meta["iteration"])
         next_iteration = meta["iteration"] + 1000  # the next round's names come after every leftover
     assert len(set(loaded)) == 20
+
+
+# --- what a resume reads, one piece at a time (no processes) -------------------------------------------
+
+def publish_fake(folder, meta):
+    """A published checkpoint folder holding only ``meta`` (what ``latest`` reads)."""
+    (folder / "iter-00000004").mkdir(parents=True)
+    (folder / "iter-00000004" / "meta.json").write_text(json.dumps(meta))
+    (folder / "latest.json").write_text(json.dumps({"checkpoint": "iter-00000004", "iteration": 4}))
+
+
+def test_a_missing_or_corrupt_pointer_is_refused_in_one_line(tmp_path):
+    with pytest.raises(checkpoint.InputError, match="no checkpoint there"):
+        checkpoint.latest(tmp_path)
+    (tmp_path / "latest.json").write_text("{not json")
+    with pytest.raises(checkpoint.InputError, match="unreadable checkpoint pointer"):
+        checkpoint.latest(tmp_path)
+    (tmp_path / "latest.json").write_text(json.dumps({"iteration": 4}))  # no folder named
+    with pytest.raises(checkpoint.InputError, match="unreadable checkpoint pointer"):
+        checkpoint.latest(tmp_path)
+
+
+def test_a_checkpoint_without_its_partition_is_refused(tmp_path):
+    publish_fake(tmp_path, {"iteration": 4, "stages": 2})
+    with pytest.raises(checkpoint.InputError, match="lacks the partition or the iteration"):
+        checkpoint.latest(tmp_path)
+
+
+@pytest.mark.parametrize("key, theirs, ours", [("schedule", "gpipe", "1f1b"), ("microbatches", 8, 4),
+                                                ("batch", 32, 16), ("seed", 1, 0), ("model", "cnn", "mlp"),
+                                                ("layers", 6, 8)])
+def test_another_runs_checkpoint_is_refused_naming_what_differs(key, theirs, ours):
+    from rlpipe.runtime.config import RunConfig
+
+    config = RunConfig(model="mlp", layers=8, schedule="1f1b", microbatches=4, batch=16, seed=0)
+    meta = {k: getattr(config, k) for k in checkpoint.IDENTITY_KEYS}
+    checkpoint.check_compatible(meta, config, "ckpt")  # its own run's: accepted
+    with pytest.raises(checkpoint.InputError, match=f"the checkpoint has {key}={theirs!r}, this run {ours!r}"):
+        checkpoint.check_compatible({**meta, key: theirs}, config, "ckpt")
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process saves and loads here
+def test_a_checkpoint_that_lacks_a_layer_is_refused(tmp_path):
+    layers = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)]
+    optimizer = torch.optim.Adam([p for layer in layers for p in layer.parameters()])
+    dcp.save(checkpoint.tensors_of(layers, range(0, 1), optimizer), checkpoint_id=str(tmp_path))  # layer 0 only
+    with pytest.raises(checkpoint.InputError, match="lacks layers.1."):
+        checkpoint.load(tmp_path, layers, range(0, 2), optimizer, torch.device("cpu"))
+    checkpoint.load(tmp_path, layers, range(0, 1), optimizer, torch.device("cpu"))  # what it has, it gives

@@ -85,3 +85,24 @@ def test_run_help_states_its_defaults_and_every_preset():
     text = subprocess.run([RLPIPE, "run", "--help"], capture_output=True, text=True, env=ENV).stdout
     text = " ".join(text.split())
     assert "(default 10)" in text and "none" in text and "jitter" in text and "(default 8)" in text
+
+
+def test_a_resume_with_nothing_left_to_run_is_refused_before_any_process_starts(tmp_path, capsys):
+    from rlpipe.cli import main
+
+    (tmp_path / "iter-00000030").mkdir()
+    meta = {"model": "mlp", "layers": None, "schedule": "1f1b", "microbatches": 4, "batch": 16, "seed": 0,
+            "boundaries": [0, 3], "iteration": 30}
+    (tmp_path / "iter-00000030" / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "latest.json").write_text(json.dumps({"checkpoint": "iter-00000030", "iteration": 30}))
+    assert main(["run", *SMALL[:2], *SMALL[4:], "--iterations", "30", "--resume", str(tmp_path)]) == 2
+    stderr = capsys.readouterr().err
+    assert "at iteration 30" in stderr and "leaves nothing to run" in stderr and len(stderr.splitlines()) == 1
+
+
+def test_a_profile_of_another_layer_count_is_refused(tmp_path, capsys):
+    from rlpipe.cli import main
+
+    assert main(["run", *SMALL, "--profile", "mlp16"]) == 2  # 16 profiled layers, a 6-layer model
+    stderr = capsys.readouterr().err
+    assert "--profile mlp16: 16 layers, the model has 6" in stderr and len(stderr.splitlines()) == 1

@@ -69,3 +69,21 @@ def test_bad_arguments_name_the_argument(monkeypatch):
         kwargs = {"layers": layers, "loss_fn": nn.functional.mse_loss, **overrides}
         with pytest.raises((TypeError, ValueError), match=name):
             AdaptivePipeline(**kwargs)
+
+
+@pytest.mark.slow
+def test_state_dict_round_trips_and_bad_state_or_input_is_refused_by_name():
+    from rlpipe.runtime.launch import free_port
+
+    result = subprocess.run([sys.executable, str(TESTS / "scripts" / "state_roundtrip.py")], capture_output=True,
+                            text=True, timeout=240, env={**ENV, "PORT": str(free_port())})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(found["resumed"]) == 6
+    assert max(abs(a - b) for a, b in zip(found["whole"], found["resumed"], strict=True)) <= 1e-6
+    refused = found["refused"]
+    assert "saved from 2 ranks" in refused["world"] and "rank 1's" in refused["rank"]
+    assert "5-layer model" in refused["layers"] and "expected a dict written by" in refused["not a state"]
+    assert "inputs: this rank's stage reads them" in refused["inputs none"]
+    assert "inputs: expected a tensor with a batch dimension" in refused["inputs no batch dim"]
+    assert "targets: 5 samples for 8 inputs" in refused["targets of another size"]
