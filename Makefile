@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast lint gpu-check demo bench clean
+.PHONY: setup test test-fast lint gpu-check gpu-wheels demo bench clean
 
 setup: $(STAMP)
 
@@ -28,10 +28,22 @@ lint: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# on a machine with CUDA GPUs: NCCL stages, live repartitions, a PPO controller (skipped without GPUs)
-gpu-check: setup
-	$(BIN)/pip install --quiet 'nvidia-ml-py>=12'
-	$(BIN)/python -m pytest -q -m gpu -rs
+# the CUDA path on this host's GPUs, one or more (bench/gpu_check.py); one line and exit 0 without a GPU.
+# On a GPU host whose own CUDA torch has rlpipe installed (bench/gpu_host.sh): make gpu-check GPU_PYTHON=python3
+GPU_PYTHON ?=
+gpu-check:
+ifeq ($(GPU_PYTHON),)
+	$(MAKE) setup
+	$(BIN)/python -m bench.gpu_check
+else
+	$(GPU_PYTHON) -m bench.gpu_check
+endif
+
+# the wheels the GPU host lacks (it has no package registry), for bench/gpu_host.sh
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
+		gymnasium==1.4.0 farama-notifications==0.0.6 stable-baselines3==2.9.2 sb3-contrib==2.9.2
 
 demo: setup
 	$(BIN)/rlpipe demo --out demo-out

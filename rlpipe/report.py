@@ -47,7 +47,7 @@ def summarize(records: list[dict[str, Any]], calibration: Calibration | None = N
                "first_loss": records[0].get("loss"), "final_loss": records[-1].get("loss"),
                "device_time": header.get("device_time"), "device_time_scale": header.get("device_time_scale"),
                "profile_id": header.get("profile_id"),
-               "oversubscribed": header.get("oversubscribed"),
+               "oversubscribed": header.get("oversubscribed"), "transport": header.get("transport"),
                "emulation_overran": overran / chunks if chunks else None,
                "emulation_valid": overran / chunks <= INVALID_OVERRUN_FRACTION if chunks else None,
                "fidelity": float(np.median(np.abs(np.array(ratios) - 1))) if ratios else None}
@@ -60,14 +60,15 @@ def summarize(records: list[dict[str, Any]], calibration: Calibration | None = N
 
 
 def describe_device_time(summary: dict[str, Any]) -> str:
-    """How a run's device time was run, in a few words (for tables)."""
+    """How a run's device time was run, in a few words (for tables); on GPUs, with the transport."""
+    on_gpu = f", {summary['transport']}" if summary.get("transport") in ("nccl", "host-staged") else ""
     if summary["device_time"] == "emulated":
         validity = "" if summary["emulation_valid"] in (None, True) else ", INVALID"
         profile = f", profile {summary['profile_id']}" if summary.get("profile_id") else ""
-        return (f"emulated x{summary['device_time_scale']:g}{profile} ({summary['emulation_overran']:.1%} "
+        return (f"emulated x{summary['device_time_scale']:g}{profile}{on_gpu} ({summary['emulation_overran']:.1%} "
                 f"overran{validity})")
     if summary["device_time"] == "real":
-        return "real, oversubscribed" if summary["oversubscribed"] else "real"
+        return ("real, oversubscribed" if summary["oversubscribed"] else "real") + on_gpu
     return "-"
 
 

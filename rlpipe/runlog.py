@@ -38,7 +38,7 @@ RECORD_FIELDS: dict[str, Any] = {
 STAGE_FIELDS: dict[str, Any] = {
     "compute_ms": Number, "comm_ms": Number, "idle_ms": Number, "num_layers": int, "memory_bytes": Number,
     "device_load": Number, "resident_param_bytes": int, "rss_bytes": int, "gpu_utilization": Number,
-    "gpu_memory_bytes": int, "compute_cv": Number, "sync_ms": Number,
+    "gpu_memory_bytes": int, "compute_cv": Number, "sync_ms": Number, "device_allocated_bytes": int,
 }
 HEADER_FIELDS: dict[str, Any] = {
     "stages": int, "schedule": str, "microbatches": int, "interval": int, "policy": str | None,
@@ -47,6 +47,7 @@ HEADER_FIELDS: dict[str, Any] = {
     "op_overhead_ms": Number, "forward_ms": list[Number], "backward_ms": list[Number],
     "activation_bytes": list[Number], "param_bytes": list[Number], "data_parallel": int,
     "microbatch_split": list[int], "profile_id": str, "profile_source": str, "first_iteration": int,
+    "transport": str, "device": str,
 }
 PART_FIELDS: dict[str, dict[str, Any]] = {
     "emulation": {"chunks": int, "overran": int},

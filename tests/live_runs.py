@@ -21,10 +21,10 @@ def run_command(*args, timeout=240) -> subprocess.CompletedProcess:
                           timeout=timeout, env=ENV)
 
 
-def start_run(*args) -> subprocess.Popen:
-    """``rlpipe run ARGS`` in the background (to stop or kill its stages)."""
+def start_run(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``rlpipe run ARGS`` in the background (to stop or kill its stages), with ``env`` added to ENV."""
     return subprocess.Popen([sys.executable, "-m", "rlpipe.cli", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+                            stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})})
 
 
 def run_watching_stages(*args, timeout=60) -> tuple[subprocess.CompletedProcess, set[int]]:

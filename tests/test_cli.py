@@ -191,3 +191,18 @@ def test_calibrate_refuses_emulated_logs_unless_asked(tmp_path, capsys):
     assert "emulated device time" in stderr and "--allow-emulated" in stderr and not (tmp_path / "c.json").exists()
     assert main(["calibrate", str(log), "-o", str(tmp_path / "c.json"), "--allow-emulated"]) == 0
     assert (tmp_path / "c.json").exists()
+
+
+@pytest.mark.slow
+def test_the_demo_runs_its_comparison_in_a_few_seconds_a_policy(tmp_path):
+    out = tmp_path / "demo"
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "demo", "--duration-s", "4", "--policies",
+                             "static,threshold", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                            env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = (out / "summary.md").read_text()
+    assert "static" in summary and "threshold" in summary and (out / "timeline.png").stat().st_size > 10_000
+    for policy in ("static", "threshold"):
+        records = [json.loads(line) for line in (out / f"{policy}.jsonl").read_text().splitlines()]
+        assert records[0]["run"]["policy"] == policy and records[-1]["wall_s"] >= 4
+

@@ -47,14 +47,19 @@ GOLDEN = Path(__file__).parent / "data" / "evaluate_golden.json"
 
 
 def test_evaluate_reproduces_the_recorded_results(tmp_path):
-    """``rlpipe evaluate`` on fixed seeds gives the recorded figures (bit-identical on the machine that
-    recorded them; 1e-12 leaves room only for another CPU's last-ulp rounding in vectorised math). A
-    deliberate change of behaviour re-records the file in its commit (last: observation v2, decisions
-    every 10 iterations, presets calibrated to cluster measurements, the threshold rule, the retrained
-    default policy)."""
+    """``rlpipe evaluate`` on fixed seeds gives the recorded figures: a refactoring guard. A deliberate
+    change of behaviour re-records the file in its commit (last: observation v3, the falcon rule, the
+    hybrid simulator, the retrained default policy).
+
+    The tolerance, rel 1e-6, is chosen between two scales. Another numpy, BLAS or numba build sums in
+    another order or vectorises differently: each figure is a mean over thousands of simulated
+    intervals, and reordered float64 sums move it by ~1e-12 relative at most. A change of behaviour
+    moves it far more: one decision taken differently in one episode changes an efficiency by 1e-4 or
+    more. (A build whose float32 actor flips a near-tied argmax would take another decision, and fail
+    here rightly: that is a change of behaviour on that build.)"""
     from rlpipe.cli import main
 
-    code = main(["evaluate", "--policies", "static,greedy,dynpipe,threshold,oracle,ppo",
+    code = main(["evaluate", "--policies", "static,greedy,dynpipe,threshold,falcon,oracle,ppo",
                  "--scenarios", "heavy,bursty,drift",
                  "--episodes", "2", "--seed", "7", "--stages", "4", "--duration-s", "900", "--out", str(tmp_path)])
     assert code == 0
@@ -62,7 +67,8 @@ def test_evaluate_reproduces_the_recorded_results(tmp_path):
     golden = json.loads(GOLDEN.read_text())["scenarios"]
     assert produced.keys() == golden.keys()
     for scenario, table in golden.items():
+        assert produced[scenario].keys() == table.keys(), scenario
         for policy, metrics in table.items():
             for key, value in metrics.items():
-                assert produced[scenario][policy][key] == pytest.approx(value, rel=1e-12, abs=1e-12), \
+                assert produced[scenario][policy][key] == pytest.approx(value, rel=1e-6, abs=1e-9), \
                     (scenario, policy, key)

@@ -30,6 +30,7 @@ class PipelineConfig:
             dynpipe, threshold).
         device_time: ``real`` (what the host gives) or ``emulated`` (the profile's time x scale).
         device_time_scale: emulated time over the profile's (``None``: chosen so that emulation holds).
+        transport: ``auto``, ``nccl`` or ``host-staged`` (:mod:`rlpipe.runtime.transport`).
         interference: injected scenario preset or ``trace:FILE.csv`` (``None``: none).
         inject: ``throttle`` (stretch compute) or ``colocate`` (a competing process; real time only).
         time_scale: trace seconds per second of run time.
@@ -56,6 +57,7 @@ class PipelineConfig:
     fallback: str = "dynpipe"
     device_time: str = "real"
     device_time_scale: float | None = None
+    transport: str = "auto"
     interference: str | None = None
     inject: str = "throttle"
     time_scale: float = 12.0
@@ -103,6 +105,8 @@ class RunConfig:
         migration_overhead_s: the fixed repartition cost the controller plans with, s.
         device_time: ``real`` or ``emulated`` (see :class:`PipelineConfig`).
         device_time_scale: emulated time over the profile's (``None``: chosen so that emulation holds).
+        transport: how stage processes reach their GPUs and each other: ``auto``, ``nccl`` or
+            ``host-staged`` (:mod:`rlpipe.runtime.transport`).
         checkpoint_every: save a checkpoint every this many iterations (``None``: never).
         checkpoint_dir: where checkpoints go.
         keep_checkpoints: how many of the newest checkpoints to keep.
@@ -136,6 +140,7 @@ class RunConfig:
     migration_overhead_s: float = 0.1
     device_time: str = "real"
     device_time_scale: float | None = None
+    transport: str = "auto"
     checkpoint_every: int | None = None
     checkpoint_dir: str | None = None
     keep_checkpoints: int = 3
@@ -210,6 +215,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     from rlpipe.models import BUILTIN_MODELS
     from rlpipe.runtime.device_time import DEVICE_TIME_MODES
     from rlpipe.runtime.injection import INJECTION_MODES
+    from rlpipe.runtime.transport import TRANSPORTS
 
     d = RunConfig()
     parser.add_argument("--model", required=True, help=f"built-in model ({', '.join(BUILTIN_MODELS)}), "
@@ -272,6 +278,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-time-scale", type=float, help="emulated device time over the profile's "
                         "(default: chosen from stage processes per core and the measured real compute, so that "
                         "emulation holds here; the log records it)")
+    parser.add_argument("--transport", choices=TRANSPORTS, default=d.transport,
+                        help="nccl: a GPU per stage process, tensors GPU to GPU; host-staged: stage processes share "
+                        "the GPUs (more processes than GPUs), layers and their state stay on the GPU and what "
+                        "crosses a stage boundary goes through the host over gloo; auto: nccl where every stage "
+                        f"process has a GPU, host-staged where they must share, the CPU without one (default "
+                        f"{d.transport}; the log records the choice)")
     parser.add_argument("--migration-overhead-s", type=float, default=d.migration_overhead_s,
                         help="fixed cost of a repartition the controller plans with, s "
                         f"(default {d.migration_overhead_s})")

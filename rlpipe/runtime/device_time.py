@@ -65,6 +65,7 @@ class DeviceClock:
             else (lambda: None)
         self.forward_ms = self.backward_ms = 0.0  # emulated device time of one chunk of the current stage
         self.compute_s = 0.0
+        self.staging_s = 0.0  # copies across the host boundary inside chunks (host-staged transport): communication
         self.chunks = self.overran = 0
         self.oversleep_s = 0.0  # how much longer than asked a sleep lasts here (running mean), taken off the next
 
@@ -73,14 +74,16 @@ class DeviceClock:
         self.forward_ms, self.backward_ms = forward_ms, backward_ms
 
     def timed(self, chunk: Callable[..., Any], backward: bool, microbatch: int, *args: Any, **kwargs: Any) -> Any:
-        """Run one compute chunk (of micro-batch ``microbatch`` of the job's batch) and account its device time."""
+        """Run one compute chunk (of micro-batch ``microbatch`` of the job's batch) and account its device
+        time; copies across the host boundary inside it (``staging_s``) are not device time."""
         self.synchronise()
-        start = time.perf_counter()
+        start, staged_before = time.perf_counter(), self.staging_s
         try:
             return chunk(*args, **kwargs)
         finally:
             self.synchronise()
-            real_s = time.perf_counter() - start
+            staged_s = self.staging_s - staged_before
+            real_s = time.perf_counter() - start - staged_s
             if self.mode == "emulated":
                 slowdown = self.injector.slowdown() if self.injector is not None else 1.0
                 target_s = (self.backward_ms if backward else self.forward_ms) * slowdown / 1e3
@@ -88,10 +91,10 @@ class DeviceClock:
                 if real_s > target_s:
                     self.overran += 1
                 else:
-                    self._sleep_until(start + target_s)
+                    self._sleep_until(start + staged_s + target_s)
             elif self.injector is not None:
                 self.injector.stretch(real_s)
-            self.compute_s += time.perf_counter() - start
+            self.compute_s += time.perf_counter() - start - staged_s
 
     def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline`` (a perf_counter time), asking for less by the usual oversleep."""

@@ -59,6 +59,8 @@ class StageReport:
         compute_cv: the dispersion (std over mean) of that compute from one timed iteration to the next.
         busy_s: wall seconds the interval's iterations took on this rank.
         sync_ms: gradient sync per iteration, ms.
+        staging_ms: copies across the host boundary per iteration (host-staged transport; else 0), ms:
+            the stage's communication.
         microbatches: micro-batches this rank's replica ran in the interval's last iteration.
         num_layers: layers the stage holds.
         memory_bytes: parameters and optimizer state held on the rank, bytes.
@@ -70,12 +72,15 @@ class StageReport:
         overran: those whose real compute overran their emulated time.
         gpu_utilization: the GPU's utilisation from NVML, % (-1: no GPU or no NVML).
         gpu_memory_bytes: the GPU's memory in use from NVML, bytes (-1 likewise).
+        device_allocated_bytes: what this process holds allocated on its GPU at the interval's end
+            (``torch.cuda.memory_allocated``), bytes (-1: not on a GPU).
     """
 
     compute_ms: float
     compute_cv: float
     busy_s: float
     sync_ms: float
+    staging_ms: float
     microbatches: float
     num_layers: float
     memory_bytes: float
@@ -86,6 +91,7 @@ class StageReport:
     overran: float
     gpu_utilization: float
     gpu_memory_bytes: float
+    device_allocated_bytes: float
 
     @property
     def device_load(self) -> float:
@@ -116,8 +122,9 @@ def compute_dispersion(per_iteration_ms: list[float]) -> float:
 
 
 def _stage_stats(report: StageReport, iteration_ms: float) -> StageStats:
-    return StageStats(compute_ms=report.compute_ms, comm_ms=0.0,
-                      idle_ms=max(iteration_ms - report.compute_ms * report.microbatches - report.sync_ms, 0.0),
+    return StageStats(compute_ms=report.compute_ms, comm_ms=report.staging_ms,
+                      idle_ms=max(iteration_ms - report.compute_ms * report.microbatches - report.sync_ms
+                                  - report.staging_ms, 0.0),
                       num_layers=int(report.num_layers), memory_bytes=report.memory_bytes,
                       device_load=report.device_load)
 
@@ -159,6 +166,8 @@ def log_record(stats: IntervalStats, reports: list[StageReport], dims: ParallelD
             if report.gpu_utilization >= 0:  # on a GPU: NVML's figures
                 figures["gpu_utilization"] = report.gpu_utilization
                 figures["gpu_memory_bytes"] = int(report.gpu_memory_bytes)
+            if report.device_allocated_bytes >= 0:
+                figures["device_allocated_bytes"] = int(report.device_allocated_bytes)
             stages.append(figures)
         replicas.append({"microbatches": int(row[0].microbatches), "stages": stages})
     record = {"iteration": stats.iteration, "wall_s": elapsed_s, "interval_s": stats.wall_s,

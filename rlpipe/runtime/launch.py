@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+import torch
+
 import rlpipe.runtime.checkpoint as checkpoint
 from rlpipe.errors import InputError
 from rlpipe.models import BUILTIN_MODELS, load_model
@@ -24,6 +26,7 @@ from rlpipe.profile import load_profile
 from rlpipe.runtime.config import RunConfig, check_against_model
 from rlpipe.runtime.mesh import ParallelDims
 from rlpipe.runtime.processes import FAILURE_DIR_ENV, StageProcess, first_failure
+from rlpipe.runtime.transport import choose_transport
 
 
 def free_port() -> int:
@@ -57,6 +60,8 @@ def validate(config: RunConfig) -> None:
         from rlpipe.interference import load_scenario
 
         load_scenario(config.interference, config.processes, 3600.0, config.seed)
+    if config.transport != "auto" and not torch.backends.cuda.is_built():  # else each stage checks its GPUs
+        choose_transport(config.transport, 0, config.processes, 0)
     if config.profile:
         profile = load_profile(config.profile)
         if profile.num_layers != num_layers:
@@ -69,8 +74,6 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
     with tempfile.TemporaryDirectory(prefix="rlpipe-failures-") as failure_dir:
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                "WORLD_SIZE": str(config.processes), "OMP_NUM_THREADS": "1", FAILURE_DIR_ENV: failure_dir}
-        import torch
-
         from rlpipe.runtime.__main__ import stage_main
 
         torch.set_num_threads(1)  # no thread pool in the launcher: forking it is safe, and stages run one each

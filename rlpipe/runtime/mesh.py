@@ -89,10 +89,12 @@ class GradientSync:
     Args:
         group: the stage group's process group.
         replicas: D (1: nothing to sum, only the weighting).
+        wire: where the bucket must be for the group's backend to sum it (the host when staged;
+            ``None``: where the gradients are).
     """
 
-    def __init__(self, group: dist.ProcessGroup | None, replicas: int):
-        self.group, self.replicas = group, replicas
+    def __init__(self, group: dist.ProcessGroup | None, replicas: int, wire: torch.device | None = None):
+        self.group, self.replicas, self.wire = group, replicas, wire
 
     def __call__(self, params: list[nn.Parameter], scale: float) -> float:
         """Weight and sum the gradients of ``params`` in place; returns the seconds it took."""
@@ -109,6 +111,8 @@ class GradientSync:
             by_dtype.setdefault(grad.dtype, []).append(grad)
         for grads in by_dtype.values():
             bucket = torch.cat([g.reshape(-1) for g in grads]).mul_(scale)
+            if self.wire is not None:
+                bucket = bucket.to(self.wire)
             dist.all_reduce(bucket, group=self.group)
             offset = 0
             for g in grads:

@@ -12,7 +12,10 @@ partition (the receiver frees its copies again).
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +24,9 @@ from torch import nn
 
 from rlpipe.partition import Partition
 from rlpipe.runtime.layers import materialise
+
+HOLD_IN_FLIGHT_ENV = "RLPIPE_TEST_HOLD_IN_FLIGHT"  # tests only: a sender announces (PATH.rankN) and holds its
+# transfers in flight, so that a test can kill it mid-migration
 
 
 def transfer_plan(old: tuple[int, ...], new: tuple[int, ...], num_layers: int) -> dict[tuple[int, int], list[int]]:
@@ -115,7 +121,7 @@ def _wait(works: list) -> None:
 
 
 def exchange(plan: dict[tuple[int, int], list[int]], stage: int, pipeline_ranks: list[int], modules: list[nn.Module],
-             optimizer: torch.optim.Optimizer, device: torch.device,
+             optimizer: torch.optim.Optimizer, device: torch.device, wire: torch.device | None = None,
              corrupt: bool = False) -> tuple[list[Received], bool, int]:
     """Send what this stage loses and receive what it gains; returns (receipts, ok, bytes sent).
 
@@ -124,45 +130,56 @@ def exchange(plan: dict[tuple[int, int], list[int]], stage: int, pipeline_ranks:
     lengths, then their bytes), then every tensor of this stage's transfers, posted at once (single
     isend/irecv calls, not a coalesced batch, which can hang on gloo) and then awaited, so independent
     pairs move in parallel; a checksum closes each transfer (``corrupt`` spoils it: the atomicity
-    test's fault).
+    test's fault). The layers live on ``device``; with a ``wire`` (the host, when the transport stages:
+    gloo sends no CUDA tensor point to point) everything sent and received passes through it.
     """
+    staged, wire = wire is not None, wire or device
     world = dist.get_world_size()
     rank_of = pipeline_ranks
     sends = {pair: layers for pair, layers in plan.items() if pair[0] == stage}
     receives = {pair: layers for pair, layers in plan.items() if pair[1] == stage}
     headers = {pair: torch.tensor(bytearray(json.dumps(describe_state([modules[i] for i in layers], optimizer)),
-                                            "utf-8"), dtype=torch.uint8, device=device)
+                                            "utf-8"), dtype=torch.uint8, device=wire)
                for pair, layers in sends.items()}
-    lengths = {pair: torch.zeros(1, dtype=torch.int64, device=device) for pair in receives}
+    lengths = {pair: torch.zeros(1, dtype=torch.int64, device=wire) for pair in receives}
     def tag(src: int, dst: int) -> int:  # one per pair of global ranks
         return rank_of[src] * world + rank_of[dst]
 
-    _wait([dist.isend(torch.tensor([len(h)], dtype=torch.int64, device=device), rank_of[dst], tag=tag(src, dst))
+    _wait([dist.isend(torch.tensor([len(h)], dtype=torch.int64, device=wire), rank_of[dst], tag=tag(src, dst))
            for (src, dst), h in headers.items()]
           + [dist.irecv(lengths[(src, dst)], rank_of[src], tag=tag(src, dst)) for src, dst in receives])
-    texts = {pair: torch.empty(int(lengths[pair].item()), dtype=torch.uint8, device=device) for pair in receives}
+    texts = {pair: torch.empty(int(lengths[pair].item()), dtype=torch.uint8, device=wire) for pair in receives}
     _wait([dist.isend(h, rank_of[dst], tag=tag(src, dst)) for (src, dst), h in headers.items()]
           + [dist.irecv(texts[(src, dst)], rank_of[src], tag=tag(src, dst)) for src, dst in receives])
 
-    works, receipts, checks, bytes_sent = [], [], [], 0
+    works, receipts, checks, landings, in_flight, bytes_sent = [], [], [], [], [], 0
     for (src, dst), layers in plan.items():
         if stage == src:
             owned = [modules[i] for i in layers]
             tensors = outgoing(owned, optimizer, device)
-            tensors.append(_checksum(tensors, device))
-            works += [dist.isend(t.contiguous(), rank_of[dst], tag=tag(src, dst)) for t in tensors]
+            tensors.append(_checksum(tensors, wire))
+            on_wire = [t.to(wire, copy=True) if staged else t.contiguous() for t in tensors]
+            in_flight += on_wire  # held until every transfer is done
+            works += [dist.isend(t, rank_of[dst], tag=tag(src, dst)) for t in on_wire]
             bytes_sent += sum(t.numel() * t.element_size() for t in tensors) + len(headers[(src, dst)])
         elif stage == dst:
             description = json.loads(bytes(texts[(src, dst)].cpu().tolist()).decode("utf-8"))
             receipt = Received([modules[i] for i in layers], description)
             targets = receipt.allocate(device)
-            checksum = torch.empty(1, dtype=torch.float64, device=device)
-            works += [dist.irecv(t, rank_of[src], tag=tag(src, dst)) for t in targets + [checksum]]
+            buffers = [torch.empty_like(t, device=wire) for t in targets] if staged else targets
+            landings += list(zip(targets, buffers, strict=True)) if staged else []
+            checksum = torch.empty(1, dtype=torch.float64, device=wire)
+            works += [dist.irecv(t, rank_of[src], tag=tag(src, dst)) for t in buffers + [checksum]]
             receipts.append(receipt)
             checks.append((targets, checksum))
+    if sends and HOLD_IN_FLIGHT_ENV in os.environ:  # the test of a peer killed while its layers are in flight
+        Path(f"{os.environ[HOLD_IN_FLIGHT_ENV]}.rank{dist.get_rank()}").touch()
+        time.sleep(120)
     _wait(works)
+    for target, buffer in landings:  # from the host onto the device
+        target.copy_(buffer)
     spoil = 1.0 if corrupt else 0.0
-    ok = all(torch.equal(_checksum(targets, device) + spoil, checksum) for targets, checksum in checks)
+    ok = all(torch.equal(_checksum(targets, wire) + spoil, checksum) for targets, checksum in checks)
     return receipts, ok, bytes_sent
 
 

@@ -137,7 +137,10 @@ class AdaptivePipeline:
         self.config = _checked_config(layers, loss_fn, optimizer, config, overrides)
         self.layers, self.loss_fn = list(layers), loss_fn
         self.optimizer_factory = optimizer or default_optimizer
-        start_process_group()
+        try:
+            self.transport = start_process_group(self.config.transport)
+        except InputError as err:
+            raise ValueError(f"AdaptivePipeline: {err}") from None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         try:
             self.dims = ParallelDims.of_world(self.world, self.config.data_parallel)
@@ -147,18 +150,19 @@ class AdaptivePipeline:
                                      self.dims.stages, "AdaptivePipeline: microbatch_split")
         except InputError as err:
             raise ValueError(f"AdaptivePipeline: {err}") from None
-        self.device = (torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}")
-                       if dist.get_backend() == "nccl" else torch.device("cpu"))
-        self.mesh = Mesh(self.dims, self.rank, self.device.type)
+        self.device, self.wire = self.transport.compute, self.transport.wire
+        self.mesh = Mesh(self.dims, self.rank, self.wire.type)
         self.init_layer = init_layer or (lambda index, layer: initialise(layer, index, self.config.seed, self.device))
         self.processes, self.cores = local_processes_and_cores(self.world)  # before pinning narrows the cores
+        # what the stage processes of this host share for their compute: its cores, or its GPUs
+        self.compute_units = torch.cuda.device_count() if self.device.type == "cuda" else self.cores
         self.oversubscribed = self._place_process()
         self.injector: Injector | None = None
         if self.config.interference:  # device r x S + s of the trace is replica r's stage s: this rank
             self.injector = Injector.from_spec(self.config.interference, self.world, self.rank, self.config.time_scale,
                                                self.config.inject, self.config.seed)
         self.clock = DeviceClock(self.config.device_time, self.injector, self.device)
-        self.bandwidth_gbps = measure_p2p_bandwidth_gbps(self.rank, self.world, self.device)
+        self.bandwidth_gbps = measure_p2p_bandwidth_gbps(self.rank, self.world, self.transport)
         self.stage: StageWorker | None = None
         self.controller: Controller | None = None
         self.publisher: Publisher | None = None
@@ -184,17 +188,29 @@ class AdaptivePipeline:
 
     def _place_process(self) -> bool:
         """Pin this rank to a core of its own where the cores suffice (real device time measures the
-        host then); returns whether stage processes outnumber cores."""
+        host then); returns whether its device is oversubscribed: stage processes outnumber cores, or
+        share a GPU (real device time then measures time-slicing between them)."""
         processes, cores = self.processes, self.cores
+        if self.transport.shared_device:
+            if self.rank == 0 and self.config.device_time == "real":
+                print(f"rlpipe run: warning: {processes} stage processes share {torch.cuda.device_count()} GPU(s): "
+                      f"real device time measures their time-slicing, not a pipeline (the log says "
+                      f"oversubscribed; consider --device-time emulated)", flush=True)
+            if processes <= cores:
+                self._pin_to_own_core()
+            return True
         if processes > cores:
             if self.rank == 0 and self.config.device_time == "real":
                 print(f"rlpipe run: warning: {processes} stage processes share {cores} cores: real device time "
                       f"measures contention, not a pipeline (the log says oversubscribed; consider "
                       f"--device-time emulated)", flush=True)
             return True
-        local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[local_rank % cores]})
+        self._pin_to_own_core()
         return False
+
+    def _pin_to_own_core(self) -> None:
+        local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[local_rank % self.cores]})
 
     # --- set-up ---------------------------------------------------------------------------------
 
@@ -204,9 +220,9 @@ class AdaptivePipeline:
         calls it on its first batch."""
         config, dims = self.config, self.dims
         self.overheads = Overheads(op_ms=measure_op_overhead_ms(self.mesh, config.schedule, config.microbatches,
-                                                                self.device))
+                                                                self.transport))
         plan, profile = plan_launch(config, self.layers, example, target, self.loss_fn, self.rank, dims.stages,
-                                    self.processes, self.cores, self.device, self.init_layer)
+                                    self.processes, self.compute_units, self.transport, self.init_layer)
         self.profile_info = profile
         self.plan = plan
         owned = Partition(plan.boundaries, len(self.layers)).stage_ranges()[self.mesh.stage]
@@ -214,7 +230,7 @@ class AdaptivePipeline:
             if not is_materialised(self.layers[index]):
                 self.init_layer(index, self.layers[index])
         self.stage = StageWorker(self.layers, self.loss_fn, plan.boundaries, self.mesh, config.schedule,
-                                 self.optimizer_factory, self.clock, self.device,
+                                 self.optimizer_factory, self.clock, self.transport,
                                  (plan.forward_ms, plan.backward_ms) if config.device_time == "emulated" else None,
                                  config.drop_moved_optimizer_state)
         if self._pending_state is not None:
@@ -246,6 +262,7 @@ class AdaptivePipeline:
                 "inject": config.inject, "time_scale": config.time_scale, "device_time": config.device_time,
                 "device_time_scale": self.plan.device_time_scale, "oversubscribed": self.oversubscribed,
                 "processes": self.processes, "cores": self.cores, "p2p_gbps": self.bandwidth_gbps,
+                "transport": self.transport.name, "device": str(self.device),
                 "op_overhead_ms": self.overheads.op_ms, "forward_ms": self.plan.forward_ms.tolist(),
                 "backward_ms": self.plan.backward_ms.tolist(),
                 "activation_bytes": device_profile.activation_bytes().tolist(),
@@ -287,7 +304,7 @@ class AdaptivePipeline:
         losses = self.stage.train_step(inputs[share].to(self.device) if first and inputs is not None else None,
                                        targets[share].to(self.device) if last and targets is not None else None,
                                        plan)
-        total = torch.tensor([sum(losses)], dtype=torch.float64, device=self.device)
+        total = torch.tensor([sum(losses)], dtype=torch.float64, device=self.wire)
         dist.all_reduce(total)  # every replica's last stage adds its micro-batch losses; every rank learns the mean
         loss = float(total.item()) / plan.total
         self.meter.losses.append(loss)
@@ -314,13 +331,13 @@ class AdaptivePipeline:
         if self.config.duration_s is None or self.training_start is None:
             return False
         spent = torch.tensor([time.perf_counter() - self.training_start >= self.config.duration_s],
-                             dtype=torch.int64, device=self.device)
+                             dtype=torch.int64, device=self.wire)
         dist.broadcast(spent, 0)
         return bool(spent.item())
 
     def _plan(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> BatchPlan:
         """How this batch is trained; every rank learns its size from rank 0 (which reads the inputs)."""
-        rows = torch.tensor([inputs.shape[0] if inputs is not None else 0], dtype=torch.int64, device=self.device)
+        rows = torch.tensor([inputs.shape[0] if inputs is not None else 0], dtype=torch.int64, device=self.wire)
         dist.broadcast(rows, 0)
         if targets is not None and targets.shape[0] != int(rows.item()):
             raise ValueError(f"train_step: targets: {targets.shape[0]} samples for {int(rows.item())} inputs")
@@ -367,11 +384,13 @@ class AdaptivePipeline:
         compute_s, timed, per_iteration = self.stage.take_compute()
         chunks, overran = self.stage.take_overruns()
         own = StageReport(compute_s / timed * 1e3, compute_dispersion(per_iteration), meter.busy_s,
-                          self.stage.take_sync_s() / meter.iterations * 1e3, float(self.split[self.mesh.replica]),
+                          self.stage.take_sync_s() / meter.iterations * 1e3,
+                          self.stage.take_staging_s() / meter.iterations * 1e3, float(self.split[self.mesh.replica]),
                           float(len(owned)), self.stage.memory_bytes(), float(self.stage.resident_param_bytes()),
                           float(process_rss_bytes()), float(self.plan.compute_ms()[owned.start:owned.stop].sum()),
-                          chunks, overran, *gpu_load(self.device))
-        reports = exchange_reports(own, self.world, self.device)
+                          chunks, overran, *gpu_load(self.device),
+                          float(torch.cuda.memory_allocated(self.device)) if self.device.type == "cuda" else -1.0)
+        reports = exchange_reports(own, self.world, self.wire)
         stats = interval_statistics(reports, meter, self.iteration, self.stage.boundaries, self.dims)
         rescaled = self._hold_emulation(reports)
         decides = bool(config.policy) and not final and self.iteration != config.total_iterations  # a next one?
@@ -431,7 +450,7 @@ class AdaptivePipeline:
         if self.controller is not None:
             decision = self.controller.decide(stats)
             boundaries, split = decision.boundaries, decision.split
-        message = torch.tensor([*boundaries, *split], dtype=torch.int64, device=self.device)
+        message = torch.tensor([*boundaries, *split], dtype=torch.int64, device=self.wire)
         dist.broadcast(message, 0)
         values = [int(v) for v in message.tolist()]
         return tuple(values[:self.dims.stages]), tuple(values[self.dims.stages:])

@@ -21,6 +21,7 @@ from rlpipe.partition import stage_edges
 from rlpipe.runtime.device_time import DeviceClock
 from rlpipe.runtime.mesh import GradientSync, Mesh
 from rlpipe.runtime.split import BatchPlan
+from rlpipe.runtime.transport import Transport, staged_loss, staged_module
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
@@ -95,19 +96,20 @@ class StageWorker:
         optimizer: builds the stage's optimizer from its parameters (any ``torch.optim`` optimizer:
             its per-parameter state moves with the layers).
         clock: times the stage's compute (real or emulated device time, injected interference).
-        device: where the stage's layers, activations and optimizer state live.
+        transport: where the stage's layers, activations and optimizer state live (``compute``) and how
+            tensors reach the other ranks (through the host when staged).
         emulated_ms: per layer, the emulated device time of a forward and of a backward, ms per
             micro-batch (used in emulated mode).
         drop_moved_optimizer_state: forget moved layers' optimizer state (the correctness control test only).
 
-    The layers the stage owns must hold their values on ``device``; the others are freed (kept as
+    The layers the stage owns must hold their values on the compute device; the others are freed (kept as
     structure on the meta device) and materialised only when a repartition brings them here. The
     PipelineStage and schedule are built for a batch plan (micro-batches of this replica, rows per
     micro-batch) and rebuilt when a batch needs another.
     """
 
     def __init__(self, modules: list[nn.Module], loss_fn: Callable, boundaries: tuple[int, ...], mesh: Mesh,
-                 schedule: str, optimizer: OptimizerFactory, clock: DeviceClock, device: torch.device,
+                 schedule: str, optimizer: OptimizerFactory, clock: DeviceClock, transport: Transport,
                  emulated_ms: tuple[np.ndarray, np.ndarray] | None = None, drop_moved_optimizer_state: bool = False):
         self.modules = modules
         self.loss_fn = loss_fn
@@ -116,10 +118,11 @@ class StageWorker:
         self.schedule_class = get_schedule_class(schedule)
         self.optimizer_factory = optimizer
         self.clock = clock
-        self.device = device
+        self.transport = transport
+        self.device, self.wire = transport.compute, transport.wire
         self.emulated_ms = emulated_ms
         self.drop_moved_optimizer_state = drop_moved_optimizer_state
-        self.sync = GradientSync(mesh.dp_group, mesh.dims.replicas)
+        self.sync = GradientSync(mesh.dp_group, mesh.dims.replicas, transport.staging_wire)
         self.boundaries = tuple(boundaries)
         owned = self.owned_layers()
         for index, layer in enumerate(modules):
@@ -127,7 +130,7 @@ class StageWorker:
                 if not layers.is_materialised(layer):
                     raise ValueError(f"layer {index} is on the meta device but stage {mesh.stage} owns it: build "
                                      f"it for real (or give an init_layer) before the stage starts")
-                layer.to(device)
+                layer.to(self.device)
             else:
                 layers.free(layer)
         self.optimizer = build_optimizer(optimizer, self.owned_params())
@@ -159,8 +162,10 @@ class StageWorker:
         breaks when the tensors between stages change shape, and a stage's buffers fit one micro-batch
         shape and count)."""
         mesh = self.mesh
-        submodule = nn.Sequential(*[self.modules[i] for i in self.owned_layers()])
-        self.stage = TimedStage(submodule, mesh.stage, self.num_stages, self.device, group=mesh.pp_group)
+        last = mesh.stage == self.num_stages - 1
+        submodule = staged_module(nn.Sequential(*[self.modules[i] for i in self.owned_layers()]), self.transport,
+                                  last, self.clock)
+        self.stage = TimedStage(submodule, mesh.stage, self.num_stages, self.wire, group=mesh.pp_group)
         self.stage.clock = self.clock
         self.stage.first_microbatch = sum(plan.split[:mesh.replica])
         if self.emulated_ms is not None:
@@ -169,7 +174,7 @@ class StageWorker:
                                  float(self.emulated_ms[1][owned.start:owned.stop].sum()))
         self.warm = False  # the first step of a new stage infers shapes: its time is not compute
         # the schedule leaves the sum of the micro-batches' gradients; the sync weights them (mesh.GradientSync)
-        self.schedule = self.schedule_class(self.stage, plan.split[mesh.replica], loss_fn=self.loss_fn,
+        self.schedule = self.schedule_class(self.stage, plan.split[mesh.replica], loss_fn=staged_loss(self.loss_fn),
                                             scale_grads=False)
         self.built_for = (plan.split[mesh.replica], plan.microbatch_rows)
 
@@ -196,6 +201,12 @@ class StageWorker:
         """Seconds of gradient sync since the last call."""
         sync_s, self.sync_s = self.sync_s, 0.0
         return sync_s
+
+    def take_staging_s(self) -> float:
+        """Seconds of copies across the host boundary in compute chunks since the last call (host-staged
+        transport only, else 0)."""
+        staging_s, self.clock.staging_s = self.clock.staging_s, 0.0
+        return staging_s
 
     def take_overruns(self) -> tuple[int, int]:
         """(timed chunks, chunks that overran their emulated time) since the last call."""
@@ -240,8 +251,9 @@ class StageWorker:
         old = self.boundaries
         plan = migration.transfer_plan(old, new, len(self.modules))
         received, ok, bytes_sent = migration.exchange(plan, self.mesh.stage, self.mesh.pipeline_ranks, self.modules,
-                                                      self.optimizer, self.device, corrupt)
-        committed = migration.all_agree(ok, self.device)
+                                                      self.optimizer, self.device, self.transport.staging_wire,
+                                                      corrupt)
+        committed = migration.all_agree(ok, self.wire)
         if committed:
             moved_state = {p: state for receipt in received for p, state in receipt.optimizer_states().items()}
             kept = {p: s for p, s in self.optimizer.state.items() if s}
@@ -260,7 +272,7 @@ class StageWorker:
             for receipt in received:
                 for layer in receipt.layers:
                     layers.free(layer)
-        totals = torch.tensor([float(bytes_sent)], dtype=torch.float64, device=self.device)
+        totals = torch.tensor([float(bytes_sent)], dtype=torch.float64, device=self.wire)
         dist.all_reduce(totals)
         dist.barrier()
         return Repartition(iteration, old, tuple(new), committed, int(totals.item()), time.perf_counter() - start)
@@ -273,7 +285,7 @@ class StageWorker:
         edges = stage_edges(self.boundaries, len(self.modules)).tolist()
         plan = {(src, 0): list(range(edges[src], edges[src + 1])) for src in range(1, self.num_stages)}
         migration.exchange(plan, self.mesh.stage, self.mesh.pipeline_ranks, self.modules, self.optimizer,
-                           self.device)  # into rank 0's copies
+                           self.device, self.transport.staging_wire)  # into rank 0's copies
         if self.mesh.rank != 0:
             return {}
         return {f"{i}.{name}": p.detach().clone() for i, module in enumerate(self.modules)

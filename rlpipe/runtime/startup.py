@@ -10,7 +10,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +22,12 @@ from torch.distributed.pipelining.schedules import get_schedule_class
 from rlpipe.partition import optimal_partition
 from rlpipe.profile import LayerProfile, load_profile, measure_profile
 from rlpipe.runtime.config import PipelineConfig
-from rlpipe.runtime.device_time import default_scale
+from rlpipe.runtime.device_time import DeviceClock, default_scale
 from rlpipe.runtime.layers import is_materialised
 from rlpipe.runtime.mesh import Mesh
 from rlpipe.runtime.processes import start_heartbeat
 from rlpipe.runtime.profiles import measured_profile, model_key, profile_id
+from rlpipe.runtime.transport import Transport, join_process_group, staged_loss, staged_module
 from rlpipe.simulator import Overheads, simulate_schedule
 
 
@@ -62,20 +62,14 @@ class LaunchPlan:
         return self.forward_ms + self.backward_ms
 
 
-def start_process_group(timeout_s: float = 120.0) -> None:
-    """Join the job's process group (torchrun's environment): NCCL when every stage process on this
-    machine has a GPU of its own (``cuda:LOCAL_RANK``), else gloo on the CPU (NCCL cannot put two ranks
-    on one GPU, and gloo moves only CPU tensors point to point). A collective or a transfer that waits
-    longer than ``timeout_s`` for another stage raises, so a hung stage ends the run."""
-    if dist.is_initialized():
-        return
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if 0 < gpus < local and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        print(f"rlpipe: warning: {local} stage processes on this machine but {gpus} GPU(s): NCCL needs one each, "
-              f"so the stages run on the CPU with gloo", flush=True)
-    dist.init_process_group("nccl" if gpus >= local > 0 else "gloo", timeout=timedelta(seconds=timeout_s))
-    start_heartbeat(dist.get_rank())
+def start_process_group(requested_transport: str = "auto", timeout_s: float = 120.0) -> Transport:
+    """Join the job's process group with this process's transport (:mod:`rlpipe.runtime.transport`;
+    returned) and start the heartbeat that names a dead peer."""
+    already = dist.is_initialized()
+    transport = join_process_group(requested_transport, timeout_s)
+    if not already:
+        start_heartbeat(dist.get_rank())
+    return transport
 
 
 def process_rss_bytes() -> int:
@@ -128,14 +122,15 @@ class ProfileInfo:
 
 
 def plan_launch(config: PipelineConfig, layers: list[nn.Module], example: torch.Tensor, target: torch.Tensor,
-                loss_fn: Callable, rank: int, num_stages: int, processes: int, cores: int, device: torch.device,
+                loss_fn: Callable, rank: int, num_stages: int, processes: int, cores: int, transport: Transport,
                 init_layer: Callable[[int, nn.Module], None]) -> tuple[LaunchPlan, ProfileInfo | None]:
     """Rank 0 reads the profile, or the one measured for this model on this machine (kept from an earlier
-    run, else measured now on copies of any layer that has only structure, given values by
-    ``init_layer``), picks the device-time scale (for ``processes`` stage processes on ``cores`` cores)
-    and the launch partition of ``num_stages`` stages, and shares them with every rank (collective);
-    returns the plan and (on rank 0) the profile's account."""
-    message = torch.zeros(num_stages + 2 * len(layers) + 1, dtype=torch.float64, device=device)
+    run, else measured now on its compute device, on copies of any layer that has only structure, given
+    values by ``init_layer``), picks the device-time scale (for ``processes`` stage processes sharing
+    ``cores`` compute units: cores, or GPUs) and the launch partition of ``num_stages`` stages, and
+    shares them with every rank (collective); returns the plan and (on rank 0) the profile's account."""
+    device = transport.compute
+    message = torch.zeros(num_stages + 2 * len(layers) + 1, dtype=torch.float64, device=transport.wire)
     info = None
     if rank == 0:
         measured, source = None, ""
@@ -166,7 +161,7 @@ def plan_launch(config: PipelineConfig, layers: list[nn.Module], example: torch.
             device_profile, num_stages, microbatches=config.microbatches, schedule=config.schedule
         ).partition.boundaries
         plan = LaunchPlan(tuple(boundaries), device_profile.fwd_ms(), device_profile.bwd_ms(), scale)
-        message = plan.pack().to(device)
+        message = plan.pack().to(transport.wire)
     dist.broadcast(message, 0)
     return LaunchPlan.unpack(message, num_stages, len(layers)), info
 
@@ -192,26 +187,38 @@ class _RealLayers:
                 yield copied
 
 
-def measure_p2p_bandwidth_gbps(rank: int, world: int, device: torch.device, megabytes: int = 8) -> float:
-    """Round trip of a tensor between ranks 0 and 1, in Gbit/s one way (0 with a single rank)."""
+def measure_p2p_bandwidth_gbps(rank: int, world: int, transport: Transport, megabytes: int = 8) -> float:
+    """Round trip of a tensor between ranks 0 and 1, from compute device to compute device (through the
+    host when staged), in Gbit/s one way (0 with a single rank)."""
     if world < 2:
         return 0.0
-    payload = torch.zeros(megabytes * 2**20 // 4, device=device)
+    payload = torch.zeros(megabytes * 2**20 // 4, device=transport.compute)
+    buffer = torch.empty_like(payload, device=transport.wire)
+
+    def send(peer: int) -> None:
+        dist.send(payload.to(transport.wire), peer)
+
+    def receive(peer: int) -> None:
+        dist.recv(buffer, peer)
+        payload.copy_(buffer)
+        if payload.is_cuda:
+            torch.cuda.synchronize(payload.device)
+
     dist.barrier()
     start = time.perf_counter()
     for _ in range(2):
         if rank == 0:
-            dist.send(payload, 1)
-            dist.recv(payload, 1)
+            send(1)
+            receive(1)
         elif rank == 1:
-            dist.recv(payload, 0)
-            dist.send(payload, 0)
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+            receive(0)
+            send(0)
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=transport.wire)
     dist.broadcast(elapsed, 0)
     return 4 * payload.numel() * 4 * 8 / elapsed.item() / 1e9
 
 
-def measure_op_overhead_ms(mesh: Mesh, schedule: str, microbatches: int, device: torch.device,
+def measure_op_overhead_ms(mesh: Mesh, schedule: str, microbatches: int, transport: Transport,
                            steps: int = 8) -> float:
     """What the schedule costs per forward or backward operation beside compute, on this host now (its
     Python, point-to-point calls, loss): every replica runs a pipeline of one tiny layer per rank, timed
@@ -219,11 +226,13 @@ def measure_op_overhead_ms(mesh: Mesh, schedule: str, microbatches: int, device:
     rank 0's figure)."""
     torch.manual_seed(0)
     num_stages = mesh.dims.stages
-    stage = PipelineStage(nn.Linear(4, 4).to(device), mesh.stage, num_stages, device, group=mesh.pp_group)
-    pipeline = get_schedule_class(schedule)(stage, microbatches, loss_fn=nn.functional.mse_loss)
-    batch = torch.randn(2 * microbatches, 4, device=device)
-    elapsed = torch.zeros(1, dtype=torch.float64, device=device)
-    first, last = mesh.stage == 0, mesh.stage == num_stages - 1
+    last = mesh.stage == num_stages - 1
+    module = staged_module(nn.Linear(4, 4).to(transport.compute), transport, last, DeviceClock("real"))
+    stage = PipelineStage(module, mesh.stage, num_stages, transport.wire, group=mesh.pp_group)
+    pipeline = get_schedule_class(schedule)(stage, microbatches, loss_fn=staged_loss(nn.functional.mse_loss))
+    batch = torch.randn(2 * microbatches, 4, device=transport.wire)
+    elapsed = torch.zeros(1, dtype=torch.float64, device=transport.wire)
+    first = mesh.stage == 0
     for step in range(2 + steps):  # two warm-up steps infer shapes
         if step == 2:
             dist.barrier()

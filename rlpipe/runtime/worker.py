@@ -80,7 +80,7 @@ def run_worker(config: RunConfig) -> None:
     torch.set_num_threads(1)  # one thread per rank: more only contend for the cores
     if config.file_limit_bytes is not None:
         limit_file_size(config.file_limit_bytes)
-    start_process_group(timeout_s=config.timeout_s)
+    start_process_group(config.transport, timeout_s=config.timeout_s)
     pipe = None
     try:
         rank, world = dist.get_rank(), dist.get_world_size()

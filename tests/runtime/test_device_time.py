@@ -1,6 +1,7 @@
 """Emulated device time: a chunk takes the profile's time x scale x injected slowdown; overruns count;
 the simulator predicts live emulated runs within 10%."""
 
+import os
 import subprocess
 import sys
 import time
@@ -10,51 +11,65 @@ import numpy as np
 import pytest
 from live_runs import ENV
 
+from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.interference import InterferenceTrace
 from rlpipe.runlog import load_run
-from rlpipe.runtime.device_time import DeviceClock, comparison_scale, default_scale
+from rlpipe.runtime.device_time import EMULATION_MARGIN, DeviceClock, comparison_scale, default_scale
 from rlpipe.runtime.injection import Injector
 
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def test_an_emulated_chunk_lasts_its_device_time_times_the_injected_slowdown():
+class RecordedSleep:
+    """``time.sleep`` replaced by a recorder: the tests check how long the clock asks the host to sleep,
+    which a busy machine cannot change (it can only make a real sleep overshoot)."""
+
+    def __init__(self, monkeypatch):
+        self.asked: list[float] = []
+        self.real = time.sleep
+        monkeypatch.setattr(time, "sleep", self.asked.append)
+
+
+def test_an_emulated_chunk_lasts_its_device_time_times_the_injected_slowdown(monkeypatch):
+    sleep = RecordedSleep(monkeypatch)
     clock = DeviceClock("emulated")
     clock.set_stage(forward_ms=20.0, backward_ms=40.0)
-    start = time.perf_counter()
     clock.timed(lambda: None, False, 0)
-    assert 0.020 <= time.perf_counter() - start < 0.030
     slowed = DeviceClock("emulated", Injector(InterferenceTrace(np.array([0.0]), np.array([[2.0]]), np.ones((1, 0)),
                                                                   60.0), device=0, time_scale=1.0))
     slowed.set_stage(forward_ms=20.0, backward_ms=40.0)
-    start = time.perf_counter()
     slowed.timed(lambda: None, True, 0)
-    assert 0.080 <= time.perf_counter() - start < 0.095  # 40 ms x 2
-    assert slowed.chunks == 1 and slowed.overran == 0 and slowed.compute_s >= 0.080
+    # each sleep is the rest of the chunk's device time: all of it, less the moments the empty chunk took
+    # (10 ms of slack: a descheduled process on a busy machine)
+    assert len(sleep.asked) == 2
+    assert 0.010 < sleep.asked[0] <= 0.020 and 0.070 < sleep.asked[1] <= 0.080  # 20 ms; 40 ms x 2
+    assert slowed.chunks == 1 and slowed.overran == 0
 
 
-def test_a_chunk_slower_than_its_device_time_is_counted_and_not_stretched():
+def test_a_chunk_slower_than_its_device_time_is_counted_and_not_stretched(monkeypatch):
+    sleep = RecordedSleep(monkeypatch)
     clock = DeviceClock("emulated")
     clock.set_stage(forward_ms=5.0, backward_ms=5.0)
-    start = time.perf_counter()
-    clock.timed(time.sleep, False, 0, 0.03)
-    assert time.perf_counter() - start < 0.04 and clock.overran == 1
+    clock.timed(sleep.real, False, 0, 0.03)
+    assert sleep.asked == [] and clock.overran == 1 and clock.chunks == 1
 
 
 def test_real_device_time_is_what_the_chunk_takes():
     clock = DeviceClock("real")
+    start = time.perf_counter()
     clock.timed(time.sleep, False, 0, 0.01)
-    assert 0.01 <= clock.compute_s < 0.02 and clock.chunks == 0
+    assert 0.01 <= clock.compute_s <= time.perf_counter() - start and clock.chunks == 0
 
 
 def test_the_default_scale_grows_with_processes_per_core_and_a_faster_profile():
-    assert default_scale(profile_ms=10.0, real_ms=10.0, processes=2, cores=2) == pytest.approx(2.0)
-    assert default_scale(profile_ms=10.0, real_ms=10.0, processes=8, cores=2) == pytest.approx(8.0)
-    assert default_scale(profile_ms=1.0, real_ms=10.0, processes=4, cores=2) == pytest.approx(40.0)  # a GPU profile
+    margin = EMULATION_MARGIN  # emulated time over the real compute expected under contention
+    assert default_scale(profile_ms=10.0, real_ms=10.0, processes=2, cores=2) == pytest.approx(margin)
+    assert default_scale(profile_ms=10.0, real_ms=10.0, processes=8, cores=2) == pytest.approx(4 * margin)
+    assert default_scale(profile_ms=1.0, real_ms=10.0, processes=4, cores=2) == pytest.approx(20 * margin)  # a GPU's
 
 
-def test_compared_runs_share_one_scale_with_a_margin_over_the_default():
-    assert comparison_scale(4, 2) == pytest.approx(1.25 * default_scale(1.0, 1.0, 4, 2)) == pytest.approx(5.0)
+def test_compared_runs_share_one_scale_the_default_for_a_profile_of_this_machine():
+    assert comparison_scale(4, 2) == pytest.approx(default_scale(1.0, 1.0, 4, 2)) == pytest.approx(2 * EMULATION_MARGIN)
     assert comparison_scale(2, 2) < comparison_scale(8, 2)
 
 
@@ -70,6 +85,10 @@ def run(tmp_path, name, *args):
 @pytest.mark.slow
 @pytest.mark.parametrize("stages, schedule, trace", [(2, "1f1b", None), (4, "gpipe", "1.0,2,2.5\n3.0,2,1.0")])
 def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, stages, schedule, trace):
+    """Partly circular, and kept for what is not: emulated device time sleeps to the profile's numbers and
+    the prediction uses the same numbers, so this checks the schedule, the transfers, the overheads and
+    the injection on the live side against the simulator's, not the device times themselves (the real-mode
+    test below does that)."""
     args = ["--stages", str(stages), "--schedule", schedule, "--microbatches", "4", "--batch", "16",
             "--iterations", "40", "--interval", "5", "--device-time", "emulated"]
     if trace:  # stage 2 2.5x slower for a while
@@ -88,9 +107,29 @@ def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, sta
 
 
 @pytest.mark.slow
-def test_real_time_with_more_stages_than_cores_warns_and_marks_the_log(tmp_path):
-    import os
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a core per stage")
+def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_path):
+    """Real device time, 2 stages on 2 cores (one process per core): fitted on two runs, the calibrated
+    simulator predicts a third, of another seed and partition, within 10% (median over its intervals).
+    Nothing here is emulated: the prediction cannot match by construction."""
+    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
+    fitted = []
+    for seed in (1, 2):
+        records, _ = run(tmp_path, f"fit{seed}", *common, "--seed", str(seed))
+        assert records[0]["run"]["device_time"] == "real" and not records[0]["run"]["oversubscribed"]
+        fitted.append(tmp_path / f"fit{seed}.jsonl")
+    calibration = tmp_path / "calibration.json"
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "calibrate", *map(str, fitted), "-o",
+                             str(calibration)], capture_output=True, text=True, timeout=120, env=ENV)
+    assert result.returncode == 0, result.stderr
+    judged, _ = run(tmp_path, "judged", *common, "--seed", "3", "--boundaries", "0,3")
+    predicted = calibrated_iteration_ms(judged, Calibration.load(calibration))
+    ratios = np.array([r["iteration_ms"] / p for r, p in zip(judged[1:], predicted[1:], strict=True)])  # past warm-up
+    assert np.median(np.abs(ratios - 1)) <= 0.10, ratios
 
+
+@pytest.mark.slow
+def test_real_time_with_more_stages_than_cores_warns_and_marks_the_log(tmp_path):
     stages = len(os.sched_getaffinity(0)) + 1
     records, stdout = run(tmp_path, "real", "--stages", str(stages), "--microbatches", str(stages),
                           "--batch", str(4 * stages), "--iterations", "4", "--interval", "2")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from live_runs import alive, children_with_rank, rlpipe_run, start_run
 
+from rlpipe.runtime.migration import HOLD_IN_FLIGHT_ENV
 from rlpipe.runtime.processes import HEARTBEAT_S, first_failure
 
 
@@ -75,11 +76,11 @@ PIPELINE = ["--stages", "3", "--boundaries", "0,2,4"]
 HYBRID = ["--stages", "2", "--data-parallel", "2"]  # replica 1's stage 0 is rank 2
 
 
-def start_until_first_checkpoint(tmp_path, layout, *extra):
+def start_until_first_checkpoint(tmp_path, layout, *extra, env=None):
     """A long run, started and left to publish its first checkpoint; returns it and its stages' pids."""
     processes = 4 if layout is HYBRID else 3
     launcher = start_run(*COMMON, *layout, "--checkpoint-dir", str(tmp_path / "ckpt"), "--iterations", "100000",
-                         *extra)
+                         *extra, env=env)
     deadline = time.monotonic() + 90
     while len(children := children_with_rank(launcher.pid)) < processes and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -120,3 +121,36 @@ def test_a_stopped_stage_ends_the_run_within_the_timeout_naming_its_rank(tmp_pat
     os.kill(children[1], signal.SIGSTOP)
     last = assert_ended_and_resumes(tmp_path, launcher, children, "rank 1", within_s=timeout_s + 10)
     assert "stopped responding" in last
+
+
+@pytest.mark.slow
+def test_a_peer_killed_while_its_layers_are_in_flight_ends_the_run_and_the_checkpoint_survives(tmp_path):
+    """Stage 2 gives layer 4 to stage 1 at iteration 12 (after the first checkpoint) and holds its transfer
+    in flight: killed then, the survivors end, the launcher names it, and the checkpoint resumes."""
+    hold = tmp_path / "in-flight"
+    launcher, children = start_until_first_checkpoint(tmp_path, PIPELINE, "--repartition-at", "12:0,2,5",
+                                                      env={HOLD_IN_FLIGHT_ENV: str(hold)})
+    deadline = time.monotonic() + 60
+    while not Path(f"{hold}.rank2").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert Path(f"{hold}.rank2").exists() and not Path(f"{hold}.rank1").exists()  # only the giver holds
+    os.kill(children[2], signal.SIGKILL)
+    last = assert_ended_and_resumes(tmp_path, launcher, children, "rank 2", within_s=15)
+    assert "killed by SIGKILL" in last
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_stage_with_130_and_the_checkpoint_resumes(tmp_path):
+    launcher, children = start_until_first_checkpoint(tmp_path, PIPELINE)
+    launcher.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher (a terminal sends it the stages too)
+    _, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130
+    assert "stage processes exited with 130, 130, 130" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "rlpipe run: interrupted"
+    time.sleep(0.5)
+    assert alive(children.values()) == []
+    reached = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["iteration"]
+    records, _ = rlpipe_run(tmp_path, "resumed", *COMMON, *PIPELINE, "--checkpoint-dir", str(tmp_path / "ckpt"),
+                            "--iterations", str(reached + 10), "--resume", str(tmp_path / "ckpt"))
+    assert records[-1]["iteration"] == reached + 10
+

@@ -3,10 +3,11 @@ DataLoader and optimizer, optionally moves layers live or changes the micro-batc
 and writes every step's loss, the resident parameter bytes rank 0 logged and the public partition and
 split. Its twin below trains the same model in one process.
 
-    torchrun --nproc-per-node D*S own_loop.py OUT.json OPTIMIZER SCHEDULE [dp=D] [short]
+    torchrun --nproc-per-node D*S own_loop.py OUT.json OPTIMIZER SCHEDULE [dp=D] [short] [staged]
              [STEP:BOUNDARIES ...] [STEP:split=M0,M1 ...]
 
-``short`` adds a last batch of 41 samples, which does not divide into the micro-batches.
+``short`` adds a last batch of 41 samples, which does not divide into the micro-batches; ``staged``
+sends everything between ranks through host copies, as the host-staged transport does on a GPU.
 """
 
 import json
@@ -63,6 +64,7 @@ def main() -> None:
     out, optimizer, schedule, *options = sys.argv[1:]
     data_parallel = next((int(o[3:]) for o in options if o.startswith("dp=")), 1)
     short = "short" in options
+    transport = "host-staged-on-cpu" if "staged" in options else "auto"
     repartitions, rebalances = {}, {}
     for option in options:
         step, sep, what = option.partition(":")
@@ -75,7 +77,7 @@ def main() -> None:
     log = out + ".log.jsonl"
     pipe = AdaptivePipeline(model(), nn.functional.cross_entropy, optimizer=OPTIMIZERS[optimizer],
                             microbatches=MICROBATCHES, schedule=schedule, interval=3, log=log,
-                            data_parallel=data_parallel)
+                            data_parallel=data_parallel, transport=transport)
     losses, seen = [], []
     for step, (inputs, targets) in enumerate(loader(short)):
         if step in repartitions:
@@ -90,7 +92,10 @@ def main() -> None:
         resident = [[s["resident_param_bytes"] for replica in r["replicas"] for s in replica["stages"]]
                     for r in records]
         json.dump({"losses": losses, "resident": resident, "boundaries": [r["boundaries"] for r in records],
-                   "splits": [r["microbatch_split"] for r in records], "seen": seen}, open(out, "w"))
+                   "splits": [r["microbatch_split"] for r in records], "seen": seen,
+                   "transport": records[0]["run"]["transport"],
+                   "comm_ms": [[s["comm_ms"] for replica in r["replicas"] for s in replica["stages"]]
+                               for r in records]}, open(out, "w"))
     pipe.close()
 
 

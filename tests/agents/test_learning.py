@@ -1,0 +1,119 @@
+"""The agent learns: a short PPO run from scratch beats doing nothing and acting at random on a lasting
+straggler; imitation reproduces its teacher; the shipped policy beats static and stays with threshold.
+Every score is on held-out seeds (rlpipe.seeds: never drawn in training) and a real simulator."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from rlpipe.agents import make_policy
+from rlpipe.agents.imitation import clone, collect
+from rlpipe.agents.ppo import TrainConfig, train
+from rlpipe.decision import DecisionContext, PolicyBase
+from rlpipe.envs import RepartitionEnv
+from rlpipe.envs.evaluation import run_episode
+from rlpipe.seeds import HELD_OUT_SEED_BASE
+
+# one lasting straggler (1.3-3x, from the first second) in a 4-stage pipeline of one profile
+STRAGGLER = {"profiles": ["transformer16"], "min_stages": 4, "max_stages": 4, "scenarios": ["persistent"],
+             "microbatches": [16], "schedules": ["1f1b"], "duration_s": 1200.0}
+HELD_OUT = [HELD_OUT_SEED_BASE + 900 + k for k in range(6)]
+
+
+@dataclass
+class RandomValidPolicy(PolicyBase):
+    """Any valid action, uniformly: what an untrained agent does."""
+
+    name: str = "random"
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
+        return int(self.rng.choice(np.flatnonzero(mask)))
+
+
+def mean_efficiency(policy, env_kwargs: dict, seeds: list[int], scenario: str) -> float:
+    env = RepartitionEnv(**env_kwargs)
+    return float(np.mean([run_episode(env, policy, seed, scenario).efficiency for seed in seeds]))
+
+
+@pytest.mark.slow
+def test_a_short_run_from_scratch_learns_to_move_for_a_lasting_straggler(tmp_path):
+    config = TrainConfig(n_timesteps=24_576, n_envs=8, n_steps=256, batch_size=512, n_epochs=5, eval_freq=10**9,
+                         eval_episodes=2, eval_duration_s=1200.0, learning_rate=1e-3, env_kwargs=STRAGGLER)
+    train(config, tmp_path, progress=False)
+    learned = make_policy(f"ppo:{tmp_path}")
+    scores = {name: mean_efficiency(policy, STRAGGLER, HELD_OUT, "persistent")
+              for name, policy in (("ppo", learned), ("static", make_policy("static")),
+                                   ("random", RandomValidPolicy()))}
+    assert scores["ppo"] > scores["static"] + 0.05, scores
+    assert scores["ppo"] > scores["random"] + 0.05, scores
+
+
+@pytest.mark.slow
+def test_imitation_reproduces_its_teacher_on_a_held_out_episode():
+    """The threshold rule's decisions, cloned from 20,000 of them: on held-out episodes the actor takes
+    the teacher's action in at least 97% of the intervals and 80% of the teacher's moves."""
+    from sb3_contrib import MaskablePPO
+
+    env_kwargs = {"duration_s": 1200.0}
+    demonstrations = collect(env_kwargs, "threshold", 20_000)
+    model = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=0, policy_kwargs={"net_arch": [256, 256]})
+    clone(model.policy, demonstrations)
+    actor, _ = load_artifact_of(model)
+    env, teacher = RepartitionEnv(**env_kwargs), make_policy("threshold")
+    agreed, moves, moves_agreed = 0, 0, 0
+    total = 0
+    for seed in HELD_OUT[:4]:
+        observation, _ = env.reset(seed=seed)
+        teacher.reset()
+        done = False
+        while not done:
+            mask = env.action_masks()
+            action = int(teacher.act(observation, mask, DecisionContext(env.encoder, env.boundaries, split=env.split)))
+            mine = actor.act(observation, mask)
+            total += 1
+            agreed += mine == action
+            if action != 0:
+                moves += 1
+                moves_agreed += mine == action
+            observation, _, terminated, truncated, _ = env.step(action)  # the teacher's episode
+            done = terminated or truncated
+    assert moves >= 10, moves  # the episodes hold decisions worth copying
+    assert agreed / total >= 0.97 and moves_agreed / moves >= 0.80, (agreed / total, moves_agreed / moves)
+
+
+def load_artifact_of(model):
+    """An SB3 model's actor as rlpipe deploys it (no file: the exported actor itself)."""
+    from rlpipe.agents.ppo import actor_of
+    from rlpipe.observation import DEFAULT_D_MAX, DEFAULT_HISTORY, DEFAULT_S_MAX
+
+    return actor_of(model, DEFAULT_S_MAX, DEFAULT_HISTORY, DEFAULT_D_MAX)
+
+
+SHIPPED_CASES = [("persistent", 4), ("drift", 4), ("heavy", 4), ("seqlen", 4), ("mixed", 8)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario, stages", SHIPPED_CASES)
+def test_the_shipped_policy_beats_static_and_holds_with_threshold(scenario, stages):
+    """The shipped artifact on fixed held-out seeds: at least static's efficiency (static is best where
+    nothing lasts, as in seqlen) and within 0.01 of threshold's."""
+    env_kwargs = {"min_stages": stages, "max_stages": stages, "duration_s": 1800.0}
+    scores = {name: mean_efficiency(make_policy(name), env_kwargs, HELD_OUT[:3], scenario)
+              for name in ("ppo", "static", "threshold")}
+    assert scores["ppo"] >= scores["static"] - 0.002, scores
+    assert scores["ppo"] >= scores["threshold"] - 0.01, scores
+
+
+def test_the_random_policy_of_these_tests_takes_only_valid_actions():
+    env = RepartitionEnv(**STRAGGLER)
+    observation, _ = env.reset(seed=HELD_OUT[0])
+    policy = RandomValidPolicy()
+    for _ in range(20):
+        mask = env.action_masks()
+        action = policy.act(observation, mask, DecisionContext(env.encoder, env.boundaries))
+        assert mask[action]
+        observation, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
