@@ -220,8 +220,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)  # small networks: more threads only contend with the environments
     policy = train(config, args.out)
     history = json.loads((Path(args.out) / "eval" / "efficiency.json").read_text())
-    step, best = max(history, key=lambda entry: entry[1])
-    print(f"held-out mean efficiency, evaluated {len(history)} time(s): best {best:.4f} at step {step:,}, "
+    step, best = max(history, key=lambda entry: entry[1])  # the first of equals: the imitated policy before PPO's
+    where = "the imitated policy, before PPO" if step == 0 and config.imitate else f"step {step:,}"
+    print(f"held-out mean efficiency, evaluated {len(history)} time(s): best {best:.4f} ({where}), "
           f"exported as the policy")
     print(f"wrote {policy} and {policy.with_suffix('.json')} (also best/, eval/, final_model.zip, "
           f"TensorBoard logs in {args.out}/tb)")

@@ -206,6 +206,11 @@ class EfficiencyEvalCallback(BaseCallback):
             self._evaluate()
         return True
 
+    def score(self, model: Any) -> None:
+        """Score ``model`` now, outside ``learn`` (the imitated policy, before PPO changes it)."""
+        self.init_callback(model)
+        self._evaluate()
+
     def _on_training_end(self) -> None:
         if not self.history or self.history[-1][0] != self.num_timesteps:  # a short run is scored at its end
             self._evaluate()
@@ -216,7 +221,8 @@ class EfficiencyEvalCallback(BaseCallback):
         score = float(np.mean([run_episode(self.env, policy, seed, scenario).efficiency
                                for scenario, seed in self.episodes]))
         self.history.append((self.num_timesteps, score))
-        self.logger.record("eval/mean_efficiency", score)
+        if hasattr(self.model, "_logger"):  # a model that has not learned yet has no logger
+            self.logger.record("eval/mean_efficiency", score)
         (self.out / "eval").mkdir(parents=True, exist_ok=True)
         (self.out / "eval" / "efficiency.json").write_text(json.dumps(self.history))
         if score > self.best:
@@ -235,6 +241,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    revision = _source_revision()  # the code it trains on: taken now, not when a long run ends
     train_env: VecEnv = _make_vec_env(config, config.n_envs, config.seed)
     if config.normalize_reward:
         # Rewards hover near 1.0; scaling returns helps the value function. Observations stay raw
@@ -253,6 +260,9 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
     if config.imitate:
         _imitate(model, config, progress)
+        scorer = callbacks[0]
+        assert isinstance(scorer, EfficiencyEvalCallback)
+        scorer.score(model)  # the imitated policy is a candidate too: PPO's must beat it to replace it
     rollout = config.n_steps * config.n_envs  # PPO learns in whole rollouts: the run ends on one
     total = -(-config.n_timesteps // rollout) * rollout
     if progress and total != config.n_timesteps:
@@ -274,7 +284,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     d_max = config.env_kwargs.get("d_max", DEFAULT_D_MAX)
     calibration = config.env_kwargs.get("calibration")
     export(model, s_max, history, d_max, out, training={
-        "config": {**config.__dict__}, "seed": config.seed, "source_revision": _source_revision(),
+        "config": {**config.__dict__}, "seed": config.seed, "source_revision": revision,
         "selected": "best on held-out seeds" if best.exists() else "final",
         "calibration": asdict(Calibration.load(calibration)) if isinstance(calibration, str) else None})
     return out / "policy.pt"

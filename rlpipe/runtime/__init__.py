@@ -7,7 +7,23 @@ worker across machines through torchrun's rendezvous. Nothing else in rlpipe imp
 except the CLI.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from rlpipe.runtime.config import PipelineConfig
-from rlpipe.runtime.pipeline import AdaptivePipeline
+
+if TYPE_CHECKING:
+    from rlpipe.runtime.pipeline import AdaptivePipeline
 
 __all__ = ["AdaptivePipeline", "PipelineConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    """``AdaptivePipeline`` on first use: a command that only reads the run's options (``rlpipe
+    --help``, ``rlpipe partition``) does not import torch.distributed."""
+    if name == "AdaptivePipeline":
+        from rlpipe.runtime.pipeline import AdaptivePipeline
+
+        return AdaptivePipeline
+    raise AttributeError(f"module 'rlpipe.runtime' has no attribute '{name}'")

@@ -9,6 +9,10 @@ from rlpipe.errors import InputError
 from rlpipe.partition import SCHEDULES, Partition
 from rlpipe.split import check_split
 
+BUILTIN_MODEL_NAMES = ("transformer", "mlp", "cnn", "charlm")  # rlpipe.models.BUILTIN_MODELS, named without
+# importing torch, so that reading the options stays quick (tests/runtime/test_config.py checks they agree)
+DEVICE_TIME_MODES = ("real", "emulated")  # rlpipe.runtime.device_time
+TRANSPORTS = ("auto", "nccl", "host-staged")  # rlpipe.runtime.transport
 UNLIMITED_ITERATIONS = 10**12  # a run with a wall-time budget and no --iterations runs until the budget is spent
 
 
@@ -212,13 +216,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     :class:`RunConfig`."""
     from rlpipe.agents import FALLBACKS
     from rlpipe.interference import PRESETS
-    from rlpipe.models import BUILTIN_MODELS
-    from rlpipe.runtime.device_time import DEVICE_TIME_MODES
     from rlpipe.runtime.injection import INJECTION_MODES
-    from rlpipe.runtime.transport import TRANSPORTS
 
     d = RunConfig()
-    parser.add_argument("--model", required=True, help=f"built-in model ({', '.join(BUILTIN_MODELS)}), "
+    parser.add_argument("--model", required=True, help=f"built-in model ({', '.join(BUILTIN_MODEL_NAMES)}), "
                         "pkg.module:factory or path/to/file.py:factory (see README, 'Your own model')")
     parser.add_argument("--layers", type=int, help="layer count of a built-in model (default 8)")
     parser.add_argument("--stages", type=int, required=True, help="pipeline stages, one process each per replica")

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from rlpipe.runlog import INVALID_OVERRUN_FRACTION
+from rlpipe.runtime.config import DEVICE_TIME_MODES
 from rlpipe.runtime.injection import Injector
 
 __all__ = ["DEVICE_TIME_MODES", "INVALID_OVERRUN_FRACTION", "DeviceClock", "comparison_scale", "default_scale"]
 
-DEVICE_TIME_MODES = ("real", "emulated")
 EMULATION_MARGIN = 3.0  # emulated time this many times the real compute expected under contention: room for an
 # ordinarily busy machine (2x left 2 of 5 runs on a busy 2-core box overrunning more than 5% of their chunks)
 

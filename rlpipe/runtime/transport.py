@@ -27,11 +27,11 @@ import torch.distributed as dist
 from torch import nn
 
 from rlpipe.errors import InputError
+from rlpipe.runtime.config import TRANSPORTS
 
 if TYPE_CHECKING:
     from rlpipe.runtime.device_time import DeviceClock
 
-TRANSPORTS = ("auto", "nccl", "host-staged")
 STAGED_ON_CPU = "host-staged-on-cpu"  # the tests of staging on a host without a GPU: every copy runs, host to host
 
 

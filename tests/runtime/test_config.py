@@ -52,3 +52,11 @@ def test_each_bad_option_is_refused_by_name(argv, message):
 def test_a_wall_time_budget_without_iterations_runs_until_it_is_spent():
     assert parse("--duration-s", "30").iterations > 10**9 and parse().iterations == 20
     assert parse("--duration-s", "30", "--iterations", "50").iterations == 50
+
+
+def test_the_options_name_every_built_in_model():
+    from rlpipe.models import BUILTIN_MODELS
+    from rlpipe.runtime.config import BUILTIN_MODEL_NAMES
+
+    assert set(BUILTIN_MODEL_NAMES) == set(BUILTIN_MODELS)
+
