@@ -164,8 +164,8 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
         plot_partitions(ax, starts, records[-1]["wall_s"], [r["boundaries"] for r in records], num_layers, colours)
         moves = [r["wall_s"] - r["interval_s"] for r in records for m in _repartitions(r) if m.get("committed", True)]
         mark_repartitions(ax, moves)
-        ax.set_title(f"{name}: partition over time ({len(moves)} repartition{'s' * (len(moves) != 1)})",
-                     fontsize=9, loc="left")
+        ax.set_title(f"{name}: partition over time ({len(moves)} repartition{'s' * (len(moves) != 1)})"
+                     f"{_split_history(records)}", fontsize=9, loc="left")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes[-1].set_xlabel("run time (s)")
     return fig
@@ -195,6 +195,16 @@ def _plot_gpu_utilization(ax: Any, records: list[dict[str, Any]], colours: list,
     ax.set_ylabel("GPU utilisation\n(%, NVML)")
     ax.set_ylim(0, 105)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=f"in run {run}", title_fontsize=7)
+
+
+def _split_history(records: list[dict[str, Any]]) -> str:
+    """A hybrid run's micro-batch splits in turn (``"; micro-batches per replica 4,4 -> 3,5"``), else ''."""
+    splits: list[list[int]] = []
+    for record in records:
+        split = record.get("microbatch_split", [])
+        if len(split) > 1 and (not splits or split != splits[-1]):
+            splits.append(split)
+    return "; micro-batches per replica " + " -> ".join(",".join(map(str, s)) for s in splits) if splits else ""
 
 
 def _interval_starts(records: list[dict[str, Any]]) -> list[float]:

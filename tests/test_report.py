@@ -1,6 +1,6 @@
 """Run reports (rlpipe/report.py): how each run's device time is described in the comparison table."""
 
-from rlpipe.report import describe_device_time
+from rlpipe.report import _split_history, describe_device_time
 
 
 def summary(**fields):
@@ -20,3 +20,10 @@ def test_a_run_on_gpus_names_its_transport():
     emulated = summary(device_time="emulated", device_time_scale=2.0, profile_id="ab12", emulation_overran=0.01,
                        emulation_valid=True, transport="host-staged")
     assert describe_device_time(emulated) == "emulated x2, profile ab12, host-staged (1.0% overran)"
+
+
+def test_a_hybrid_runs_panel_names_its_splits_in_turn():
+    records = [{"microbatch_split": split} for split in ([4, 4], [4, 4], [3, 5], [2, 6], [2, 6])]
+    assert _split_history(records) == "; micro-batches per replica 4,4 -> 3,5 -> 2,6"
+    assert _split_history([{"microbatch_split": [8]}]) == ""  # one pipeline: nothing to say
+
