@@ -2,7 +2,8 @@
 window, side by side in one run, for one pipeline and for a hybrid job.
 
 - ``pipeline``: a 12-layer transformer as 4 stage processes, under ``window`` (mild noise, a short 2x
-  burst, then a 3x straggler for the last three quarters) and ``calm`` (mild noise alone);
+  burst, then a 3x straggler for the last three quarters), and static and ppo under ``calm`` (mild noise
+  alone: ppo should hold);
 - ``hybrid``: the same model as 2 replicas of a 2-stage pipeline (4 processes), under ``window`` on the
   job's 4 devices (device r x 2 + s is replica r's stage s): a short burst on one device, then a lasting
   straggler in one replica.
@@ -11,7 +12,8 @@ Every run emulates the same devices (one profile measured once, one device-time 
 wall time (``--duration-s``), so every run meets the same stretch of its scenario whatever its speed.
 Each run's throughput is set beside the simulator's prediction for the same run (its partitions,
 splits, injected slowdowns and stalls), so that the live ranking of policies can be held against the
-simulated one. Differences inside the run-to-run spread are ties.
+simulated one. Differences inside the run-to-run spread are ties. Last, the same static run without
+interference is made in 5 pairs: two runs of the same arguments should give throughputs within 3%.
 """
 
 from __future__ import annotations
@@ -32,15 +34,16 @@ from rlpipe.simulator import Overheads
 
 POLICIES = ["static", "greedy", "dynpipe", "threshold", "falcon", "ppo"]
 REPEATS = 3
-DURATION_S = 40.0  # each run's wall time: 36 runs (with start-up) in ~35 minutes on 2 cores
+DURATION_S = 40.0  # each run's wall time: 42 runs (with start-up) in ~35 minutes on 2 cores
+PAIRS, PAIR_DURATION_S = 5, 20.0
 MICROBATCHES, BATCH = 4, 16
 MODEL = ["--model", "transformer", "--layers", "12", "--schedule", "1f1b", "--interval", "10", "--seed", "3",
          "--device-time", "emulated", "--inject", "throttle"]
-SETUPS = {  # name: (layout arguments, processes, windows)
+SETUPS = {  # name: (layout arguments, processes, {window: policies})
     "pipeline": (["--stages", "4", "--microbatches", str(MICROBATCHES), "--batch", str(BATCH)], 4,
-                 ["window", "calm"]),
+                 {"window": POLICIES, "calm": ["static", "ppo"]}),
     "hybrid": (["--stages", "2", "--data-parallel", "2", "--microbatches", str(MICROBATCHES), "--batch",
-                str(2 * BATCH)], 4, ["window"]),
+                str(2 * BATCH)], 4, {"window": POLICIES}),
 }
 
 
@@ -58,13 +61,22 @@ def simulated_samples_s(records: list[dict]) -> float:
 
 
 def one_run(root: Path, tmp: Path, profile: Path, layout: list[str], window: str, policy: str, name: str,
-            scale: float) -> dict:
+            scale: float, duration_s: float = DURATION_S) -> dict:
     log = tmp / f"{name}.jsonl"
-    subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *MODEL, *layout, "--duration-s", f"{DURATION_S:g}",
+    subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *MODEL, *layout, "--duration-s", f"{duration_s:g}",
                     "--profile", str(profile), "--device-time-scale", f"{scale:g}", "--interference", window,
-                    "--time-scale", f"{3600.0 / DURATION_S:g}", "--policy", policy, "--log", str(log)],
+                    "--time-scale", f"{3600.0 / duration_s:g}", "--policy", policy, "--log", str(log)],
                    check=True, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return figures_of(log)
+
+
+def repeatability(root: Path, tmp: Path, profile: Path, scale: float) -> dict:
+    """Pairs of the same static run without interference: how far apart two runs of the same arguments are."""
+    layout = SETUPS["pipeline"][0]
+    pairs = [[one_run(root, tmp, profile, layout, "none", "static", f"pair-{k}-{half}", scale, PAIR_DURATION_S)
+              ["live_samples_s"] for half in (0, 1)] for k in range(PAIRS)]
+    gaps = [abs(a / b - 1) for a, b in pairs]
+    return {"pairs": pairs, "gaps": gaps, "largest_gap": max(gaps), "within_3_percent": bool(max(gaps) <= 0.03)}
 
 
 def figures_of(log: Path) -> dict:
@@ -129,10 +141,10 @@ def run() -> dict:
         for setup, (layout, processes, windows) in SETUPS.items():
             scale = comparison_scale(processes, cores)  # one scale for every run of the setup
             found: dict = {"device_time_scale": scale, "processes": processes, "windows": {}}
-            for window in windows:
-                runs = {policy: [] for policy in POLICIES}
+            for window, policies in windows.items():
+                runs: dict[str, list[dict]] = {policy: [] for policy in policies}
                 for repeat in range(REPEATS):  # interleaved, so that a slow spell of the machine hits all alike
-                    for policy in POLICIES:
+                    for policy in policies:
                         print(f"  {setup} {window} {policy} #{repeat + 1}", flush=True)
                         runs[policy].append(one_run(root, tmp, profile, layout, window, policy,
                                                     f"{setup}-{window}-{policy}-{repeat}", scale))
@@ -141,7 +153,9 @@ def run() -> dict:
                 found["windows"][window] = {"table": table, "runs": runs, "rankings_agree": agree,
                                             "disagreements": disagreements}
             results["setups"][setup] = found
+        results["repeatability"] = repeatability(root, tmp, profile, comparison_scale(4, cores))
     results.update(acceptance(results["setups"]))
+    results["repeatable_within_3_percent"] = results["repeatability"]["within_3_percent"]
     results["markdown"] = to_markdown(results)
     return results
 
@@ -196,4 +210,8 @@ def to_markdown(results: dict) -> str:
             verdict = "agree" if block["rankings_agree"] else "disagree: " + "; ".join(block["disagreements"])
             lines += ["", f"Ranking live: {' > '.join(order)}; simulated: {' > '.join(sim_order)} "
                       f"(pairs inside the spread are ties): {verdict}.", ""]
+    pairs = results["repeatability"]
+    lines += [f"Repeatability: {PAIRS} pairs of the same static run without interference ({PAIR_DURATION_S:g} s each, "
+              f"the pipeline's scale): throughputs " + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in pairs["pairs"])
+              + f"; largest gap {pairs['largest_gap']:.1%} (bar: 3%)."]
     return "\n".join(lines)

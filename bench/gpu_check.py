@@ -50,8 +50,8 @@ def command(args: list[str], timeout_s: float = 300) -> subprocess.CompletedProc
 
 def loop(out: Path, processes: int, *options: str) -> dict:
     """One run of bench/gpu_loop.py: its losses, each rank's held memory and its log."""
-    result = command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), str(LOOP),
-                      str(out), *options])
+    result = command([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                      str(processes), str(LOOP), str(out), *options])
     if result.returncode != 0:
         return {}
     return {"losses": json.loads(out.read_text())["losses"],

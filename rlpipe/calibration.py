@@ -146,7 +146,7 @@ class _Interval:
     log_ratios: np.ndarray  # per stage: log(measured / predicted compute)
 
 
-def _intervals(runs: list[list[dict[str, Any]]]) -> list[_Interval]:
+def _intervals(runs: list[list[dict[str, Any]]], names: list[str]) -> list[_Interval]:
     """The intervals a fit can use: those logged with a prediction (their ``iteration_ms`` and the
     prediction both leave warm-up steps out)."""
     found = []
@@ -155,10 +155,17 @@ def _intervals(runs: list[list[dict[str, Any]]]) -> list[_Interval]:
             if "predicted_iteration_ms" not in record or not header:
                 continue
             timing = [simulate_record(record, header, overheads=Overheads(op_ms=op_ms)) for op_ms in (0.0, 1.0)]
-            measured = np.array([s["compute_ms"] for s in record["stages"]])
-            predicted = np.array(record["predicted_compute_ms"])
-            found.append(_Interval(index, record["iteration_ms"], timing[0], timing[1] - timing[0],
-                                   np.log(measured / predicted)))
+            measured = np.array([s["compute_ms"] for s in record["stages"]], dtype=np.float64)
+            predicted = np.array(record["predicted_compute_ms"], dtype=np.float64)  # (an int past int64 is no object)
+            with np.errstate(all="ignore"):
+                interval = _Interval(index, record["iteration_ms"], timing[0], timing[1] - timing[0],
+                                     np.log(measured / predicted))
+            figures = [interval.live_ms, interval.predicted_ms, interval.op_slope, *interval.log_ratios]
+            # a field past what any run produces (1e308 ms, a zero prediction) would poison the fit with inf
+            if not (np.all(np.isfinite(figures)) and interval.live_ms > 0 and abs(interval.live_ms) < 1e9):
+                raise InputError(f"{names[index]}: iteration {record['iteration']}: times no run produces "
+                                 f"(iteration_ms, compute_ms, predicted_compute_ms or the header's layer times)")
+            found.append(interval)
     return found
 
 
@@ -168,7 +175,7 @@ def fit(runs: list[list[dict[str, Any]]], sources: list[str] | None = None) -> C
     if any("run" not in records[0] for records in runs):
         missing = next(n for n, records in zip(names, runs, strict=True) if "run" not in records[0])
         raise InputError(f"{missing}: no run header in its first record (a log of an older rlpipe run?)")
-    intervals = _intervals(runs)
+    intervals = _intervals(runs, names)
     if len(intervals) < 3:
         raise InputError(f"{', '.join(names)}: {len(intervals)} usable intervals (need at least 3 with a "
                          f"prediction and no repartition, after each run's first)")

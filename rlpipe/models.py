@@ -42,6 +42,9 @@ class ModelSpec:
     Attributes:
         batches: where training data comes from (``None``: synthetic batches shaped like the
             example): ``batches(iteration, batch_size) -> (inputs, targets)``.
+        integer_range: integer inputs and targets (tokens, class labels) lie in ``0 .. integer_range - 1``,
+            and synthetic batches draw from all of it whatever the micro-batch size (``None``: up to the
+            example's largest value).
     """
 
     name: str
@@ -50,6 +53,7 @@ class ModelSpec:
     target: torch.Tensor
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     batches: Batches | None = None
+    integer_range: int | None = None
 
 
 Batches = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -83,7 +87,7 @@ def transformer(num_layers: int = 8, microbatch_size: int = 4, d_model: int = 12
         layers.append(nn.Linear(d_model, vocab))
     tokens = torch.randint(0, vocab, (microbatch_size, seq_len))
     target = torch.roll(tokens, shifts=-1, dims=1)
-    return ModelSpec(f"transformer{num_layers}", layers, tokens, target, _token_cross_entropy)
+    return ModelSpec(f"transformer{num_layers}", layers, tokens, target, _token_cross_entropy, integer_range=vocab)
 
 
 def mlp(num_layers: int = 8, microbatch_size: int = 32, width: int = 512, meta: bool = False) -> ModelSpec:
@@ -93,7 +97,7 @@ def mlp(num_layers: int = 8, microbatch_size: int = 32, width: int = 512, meta: 
         layers.append(nn.Linear(width, 10))
     x = torch.randn(microbatch_size, width)
     target = torch.randint(0, 10, (microbatch_size,))
-    return ModelSpec(f"mlp{num_layers}", layers, x, target, F.cross_entropy)
+    return ModelSpec(f"mlp{num_layers}", layers, x, target, F.cross_entropy, integer_range=10)
 
 
 def cnn(num_layers: int = 8, microbatch_size: int = 8, image: int = 64, meta: bool = False) -> ModelSpec:
@@ -113,7 +117,7 @@ def cnn(num_layers: int = 8, microbatch_size: int = 8, image: int = 64, meta: bo
         layers.append(nn.Sequential(_Flatten2d(), nn.Linear(channels, 10)))
     x = torch.randn(microbatch_size, 3, image, image)
     target = torch.randint(0, 10, (microbatch_size,))
-    return ModelSpec(f"cnn{num_layers}", layers, x, target, F.cross_entropy)
+    return ModelSpec(f"cnn{num_layers}", layers, x, target, F.cross_entropy, integer_range=10)
 
 
 CORPUS_BYTES = 2_000_000

@@ -150,9 +150,10 @@ def _check_replicas(record: dict[str, Any], where: str) -> None:
 def _check_header(header: dict[str, Any], boundaries: list[int], where: str) -> None:
     _check_fields(header, HEADER_FIELDS, where, required=("stages", "schedule", "microbatches", "forward_ms",
                                                           "backward_ms"))
-    lengths = {len(header[key]) for key in ("forward_ms", "backward_ms", "activation_bytes") if key in header}
+    lengths = {len(header[key]) for key in ("forward_ms", "backward_ms", "activation_bytes", "param_bytes")
+               if key in header}
     if len(lengths) > 1 or any(n < boundaries[-1] + 1 for n in lengths):
-        raise InputError(f"{where}: forward_ms, backward_ms and activation_bytes need one entry per layer")
+        raise InputError(f"{where}: forward_ms, backward_ms, activation_bytes and param_bytes need one entry per layer")
     if header["stages"] != len(boundaries) or header["microbatches"] < 1:
         raise InputError(f"{where}: stages must match the boundaries and microbatches be >= 1")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
 import zipfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -133,8 +134,10 @@ def load_artifact(path: str | Path, s_max: int | None = None) -> tuple[Actor, Ar
             raise ValueError("not a state dict of tensors")
         actor.load_state_dict(state)
     # what a corrupt or foreign file raises (a damaged zip, a truncated stream, an unpickler refusing a
-    # global, tensors of other shapes): say which, never run its code. Anything else is a bug, and shows.
-    except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+    # global or reading a flipped opcode's argument off its stack or memo, tensors of other shapes): say
+    # which, never run its code. Anything else is a bug, and shows.
+    except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError,
+            KeyError, struct.error) as err:
         first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise InputError(f"{weights}: unreadable policy weights ({type(err).__name__}: {first_line})") from None
     actor.eval()

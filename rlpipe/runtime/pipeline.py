@@ -301,8 +301,10 @@ class AdaptivePipeline:
         self._last_plan = key
         self.meter.conditions.append((self.stage.boundaries, self._injected_slowdown(), plan.split, warmup))
         share = plan.replica_rows(self.mesh.replica)
-        losses = self.stage.train_step(inputs[share].to(self.device) if first and inputs is not None else None,
-                                       targets[share].to(self.device) if last and targets is not None else None,
+        # the batch enters where tensors between ranks travel: a host-staged stage copies it to its GPU and
+        # counts that copy with the others
+        losses = self.stage.train_step(inputs[share].to(self.wire) if first and inputs is not None else None,
+                                       targets[share].to(self.wire) if last and targets is not None else None,
                                        plan)
         total = torch.tensor([sum(losses)], dtype=torch.float64, device=self.wire)
         dist.all_reduce(total)  # every replica's last stage adds its micro-batch losses; every rank learns the mean

@@ -25,13 +25,17 @@ from rlpipe.seeds import DATA_SEED_STRIDE, TARGET_SEED_OFFSET
 DATA_BATCHES = 8  # the synthetic data set cycles through this many batches, so the loss can fall
 
 
-def synthetic_batch(example: torch.Tensor, batch: int, seed: int, iteration: int) -> torch.Tensor:
-    """A batch shaped like ``example`` (first dim = ``batch``), the same on every rank for an iteration."""
+def synthetic_batch(example: torch.Tensor, batch: int, seed: int, iteration: int,
+                    integer_range: int | None = None) -> torch.Tensor:
+    """A batch shaped like ``example`` (first dim = ``batch``), the same on every rank for an iteration,
+    integers drawn from ``0 .. integer_range - 1`` (``None``: up to the example's largest). The same on
+    every layout too: a job of other replicas or micro-batches trains on the same data."""
     generator = torch.Generator().manual_seed(seed * DATA_SEED_STRIDE + iteration % DATA_BATCHES)
     shape = (batch, *example.shape[1:])
     if example.is_floating_point():
         return torch.randn(shape, generator=generator, dtype=example.dtype)
-    return torch.randint(0, int(example.max()) + 1, shape, generator=generator, dtype=example.dtype)
+    values = integer_range if integer_range is not None else int(example.max()) + 1
+    return torch.randint(0, values, shape, generator=generator, dtype=example.dtype)
 
 
 def batch_for(spec: ModelSpec, config: RunConfig, iteration: int,
@@ -41,9 +45,10 @@ def batch_for(spec: ModelSpec, config: RunConfig, iteration: int,
     targets)."""
     if spec.batches is not None:
         return spec.batches(iteration, config.batch)
-    inputs = synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration) if stage == 0 else None
-    targets = (synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration)
-               if stage == config.stages - 1 else None)
+    inputs = (synthetic_batch(spec.example_microbatch, config.batch, config.seed, iteration, spec.integer_range)
+              if stage == 0 else None)
+    targets = (synthetic_batch(spec.target, config.batch, config.seed + TARGET_SEED_OFFSET, iteration,
+                               spec.integer_range) if stage == config.stages - 1 else None)
     return inputs, targets
 
 

@@ -66,12 +66,15 @@ def test_artifact_for_another_layout_is_refused(trained, tmp_path):
         load_artifact(tmp_path)
     with pytest.raises(InputError, match="s_max"):
         load_artifact(trained, s_max=16)
-    with pytest.raises(InputError, match="no policy artifact"):
+    with pytest.raises(InputError, match="nowhere: no such folder .* holding policy.pt and policy.json"):
         make_policy(f"ppo:{tmp_path / 'nowhere'}")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="empty: no policy artifact there .* holding policy.pt and policy.json"):
+        make_policy(f"ppo:{tmp_path / 'empty'}")
 
 
 def test_the_fallback_is_any_live_heuristic():
-    for name in ("static", "greedy", "dynpipe", "threshold"):
+    for name in ("static", "greedy", "dynpipe", "threshold", "falcon"):
         assert make_policy("ppo", fallback=name).fallback.name == name  # type: ignore[attr-defined]
     for name in ("oracle", "ppo", "dynpipee"):
         with pytest.raises(InputError, match="fallback"):

@@ -42,7 +42,10 @@ def test_a_wall_time_budget_meets_the_same_stretch_of_the_scenario_whatever_the_
     for records in runs.values():  # ... over the same 3 s, so the same 30 s of the scenario
         assert sum(r["interval_s"] for r in records) == pytest.approx(3.0, abs=0.6)
         assert records[-1]["trace_time_s"] == pytest.approx(30.0, abs=6.0)
-        assert records[-1]["injected_slowdown"][1] == 2.0  # both met the change at 20 s
+        # both met the change at 20 s: the slowdown averaged over the last interval (part of it before 20 s
+        # where a slow interval is long), and 1.0 in every interval that ended before it
+        assert 1.0 < records[-1]["injected_slowdown"][1] <= 2.0
+        assert all(r["injected_slowdown"][1] == 1.0 for r in records if r["trace_time_s"] < 19.0)
 
 
 @pytest.mark.slow
@@ -57,7 +60,8 @@ def test_a_resumed_run_says_where_it_starts_counts_what_it_did_and_keeps_its_dev
     assert "rlpipe run: resumed from iteration 20" in lines
     assert lines[-1].startswith("rlpipe run: 10 iterations (iterations 20-30)")
     before, after = first[0]["run"], read_log(log)[0]["run"]
-    last_scale = [r.get("device_time_scale", before["device_time_scale"]) for r in first][-1]  # (a busy host adapts it)
+    # a busy host may have adapted the default scale: a record says so when it changes
+    last_scale = [before["device_time_scale"], *(r["device_time_scale"] for r in first if "device_time_scale" in r)][-1]
     assert after["profile_id"] == before["profile_id"] and after["device_time_scale"] == last_scale
     assert after["first_iteration"] == 20 and json.loads((checkpoints / "latest.json").read_text())["iteration"] == 20
 

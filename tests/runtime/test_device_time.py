@@ -83,7 +83,7 @@ def run(tmp_path, name, *args):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stages, schedule, trace", [(2, "1f1b", None), (4, "gpipe", "1.0,2,2.5\n3.0,2,1.0")])
+@pytest.mark.parametrize("stages, schedule, trace", [(2, "1f1b", None), (4, "gpipe", "2.0,2,2.5\n12.0,2,1.0")])
 def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, stages, schedule, trace):
     """Partly circular, and kept for what is not: emulated device time sleeps to the profile's numbers and
     the prediction uses the same numbers, so this checks the schedule, the transfers, the overheads and

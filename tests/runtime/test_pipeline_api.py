@@ -21,7 +21,8 @@ ENV = {**LIVE_ENV, "OMP_NUM_THREADS": "1"}
 
 def torchrun(tmp_path, stages: int, optimizer: str, schedule: str, *moves: str) -> dict:
     out = tmp_path / f"{stages}-{optimizer}-{schedule}-{len(moves)}.json"
-    result = subprocess.run([TORCHRUN, "--nproc-per-node", str(stages), str(TESTS / "scripts" / "own_loop.py"),
+    result = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node",
+                             str(stages), str(TESTS / "scripts" / "own_loop.py"),
                              str(out), optimizer, schedule, *moves], capture_output=True, text=True, timeout=300,
                             env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -105,7 +105,8 @@ def test_copies_across_the_host_boundary_are_not_device_time(monkeypatch):
 
 def own_loop_run(tmp_path, processes: int, *options: str) -> dict:
     out = tmp_path / f"staged-{processes}.json"
-    result = subprocess.run([TORCHRUN, "--nproc-per-node", str(processes), str(TESTS / "scripts" / "own_loop.py"),
+    result = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node",
+                             str(processes), str(TESTS / "scripts" / "own_loop.py"),
                              str(out), "adamw", "1f1b", "staged", *options], capture_output=True, text=True,
                             timeout=300, env={**LIVE_ENV, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
