@@ -33,13 +33,14 @@ def _format(value) -> str:
 
 
 def to_markdown(results: dict) -> str:
-    lines = ["# Benchmark results", "", "Written by `make bench` (`python -m bench.run_all`); every figure below "
-             "was measured in that run, on this machine:", "",
-             "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()), ""]
+    lines = ["# Benchmark results", "", "Written by `make bench` (`python -m bench.run_all`; `--only NAME ...` reruns "
+             "some and keeps the others' figures): each section says when it was measured, on this machine:", "",
+             "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items() if k != "date"), ""]
     for name, figures in results["benchmarks"].items():
-        lines += [f"## {name}", "", "| figure | value |", "|---|---|"]
+        lines += [f"## {name}", "", f"Measured {figures.get('measured_at', 'before sections were dated')}.", "",
+                  "| figure | value |", "|---|---|"]
         lines += [f"| {key} | {_format(value)} |" for key, value in figures.items()
-                  if not isinstance(value, (dict, list)) and key != "markdown"]
+                  if not isinstance(value, (dict, list)) and key not in ("markdown", "measured_at")]
         lines.append("")
         if isinstance(figures.get("markdown"), str):
             lines += [figures["markdown"], ""]
@@ -58,6 +59,7 @@ def main() -> None:
         start = time.perf_counter()
         figures = importlib.import_module(f"bench.{name}").run()
         figures["wall_s"] = time.perf_counter() - start
+        figures["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
         results["benchmarks"][name] = figures
         print(json.dumps({k: v for k, v in figures.items() if not isinstance(v, (dict, list)) and k != "markdown"},
                          indent=1), flush=True)

@@ -15,6 +15,23 @@ ENV = {"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin", "RLPIPE_CACHE_DIR": os
 """What a test's subprocess sees: the tests' own modules, a bare PATH, the suite's profile cache."""
 
 
+def _spin(seconds: float) -> float:
+    """Spin for ``seconds`` of wall time; the share of it this process got on a core."""
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - start_wall < seconds:
+        pass
+    return (time.process_time() - start_cpu) / (time.perf_counter() - start_wall)
+
+
+def free_core_share(cores: int, seconds: float = 1.0) -> float:
+    """The smallest share of a core that each of ``cores`` spinning processes got: about 1.0 where the
+    machine has that many cores free, 0.5 where another busy process shares two."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        return min(pool.map(_spin, [seconds] * cores))
+
+
 def run_command(*args, timeout=240) -> subprocess.CompletedProcess:
     """``rlpipe run ARGS`` as a user starts it, however it ends."""
     return subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args], capture_output=True, text=True,

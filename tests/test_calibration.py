@@ -38,6 +38,19 @@ def test_a_calibration_file_round_trips_and_bad_ones_are_refused(tmp_path):
         Calibration.load(tmp_path / "bad.json")
 
 
+@pytest.mark.parametrize("where", ["iteration", "prediction"])
+def test_a_log_with_times_no_run_produces_is_refused_by_iteration(where):
+    """Values each finite, as the log's checks ask, but past anything a run produces: a 1e308 ms
+    iteration or a zero prediction would turn the fit into inf or nan, and is refused naming the interval."""
+    records = synthetic_run(0, intervals=30)
+    if where == "iteration":
+        records[5]["iteration_ms"] = 1e308
+    else:
+        records[5]["predicted_compute_ms"][0] = 0.0
+    with pytest.raises(InputError, match=f"run 0: iteration {records[5]['iteration']}: times no run produces"):
+        fit([records])
+
+
 def rlpipe(*args):
     return subprocess.run([sys.executable, "-m", "rlpipe.cli", *args], capture_output=True, text=True)
 

@@ -562,6 +562,9 @@ class AdaptivePipeline:
         (and a warning where the emulation did not hold)."""
         if self.stage is not None and self.meter.iterations:
             self.end_interval(final=True)
+        # every rank reaches the end before any tears its process group down: a rank that destroys it
+        # while a peer's last transfer is still in gloo's threads aborts that peer ("terminate called")
+        dist.all_reduce(torch.zeros(1, device=self.wire))
         if self.publisher is None or self.publisher.progress is None:
             return
         progress = self.publisher.progress

@@ -58,8 +58,8 @@ def test_imitation_reproduces_its_teacher_on_a_held_out_episode():
     """The threshold rule's decisions, cloned from 20,000 of them: on held-out episodes the actor takes
     the teacher's action in at least 90% of the intervals and on at least 85% of the teacher's moves
     (measured: 93% and 100%). Together they bind: an actor that always keeps agrees on ~96% of the
-    intervals and on none of the moves, one that moves at random on few intervals. The rule counts time lost across intervals, which an observation shows only
-    in part, so a clone cannot agree everywhere."""
+    intervals and on none of the moves, one that moves at random on few intervals. The rule counts time
+    lost across intervals, which an observation shows only in part, so a clone cannot agree everywhere."""
     from sb3_contrib import MaskablePPO
 
     env_kwargs = {"duration_s": 3600.0, "scenarios": ["heavy", "periodic", "drift", "mixed"]}  # slowdowns to act on

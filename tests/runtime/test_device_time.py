@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_runs import ENV
+from live_runs import ENV, free_core_share
 
 from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.interference import InterferenceTrace
@@ -107,11 +107,29 @@ def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, sta
 
 
 @pytest.mark.slow
+def test_the_simulator_predicts_each_interval_of_an_emulated_hybrid_run_within_five_percent(tmp_path):
+    """Decision-sized windows of a 2 x 2 hybrid job (4 processes, emulated device time), with a rebalance
+    and a repartition on the way: the simulator's replicas, split and gradient sync predict each
+    interval's iteration time within 5% at the median (the same bar one pipeline meets)."""
+    records, _ = run(tmp_path, "hybrid", "--stages", "2", "--data-parallel", "2", "--microbatches", "4",
+                     "--batch", "32", "--iterations", "60", "--interval", "5", "--device-time", "emulated",
+                     "--rebalance-at", "20:3,5", "--repartition-at", "40:0,3")
+    assert records[0]["run"]["data_parallel"] == 2 and {tuple(r["microbatch_split"]) for r in records} > {(4, 4)}
+    ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in records[1:]])  # past warm-up
+    assert np.median(np.abs(ratios - 1)) <= 0.05, ratios
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a core per stage")
 def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_path):
     """Real device time, 2 stages on 2 cores (one process per core): fitted on two runs, the calibrated
     simulator predicts a third, of another seed and partition, within 10% (median over its intervals).
-    Nothing here is emulated: the prediction cannot match by construction."""
+    Nothing here is emulated: the prediction cannot match by construction. Real device time measures
+    whatever else runs on the machine, so the test needs its cores to itself, and says so (a skip) when
+    another busy process shares them."""
+    share = free_core_share(2)
+    if share < 0.85:
+        pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
     common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
     fitted = []
     for seed in (1, 2):
