@@ -81,10 +81,11 @@ def recovery(root: Path, tmp: Path) -> dict:
         for way, extra in ways.items():
             log = tmp / f"recovery-{repeat}-{len(runs[way])}-{way.split()[0]}.jsonl"
             rlpipe(root, "run", "--model", "transformer", "--layers", "12", *LAYOUT, "--batch", "32",
-                   "--interval", "10", "--profile", str(profile), "--device-time", "emulated",
+                   "--interval", "4", "--profile", str(profile), "--device-time", "emulated",
                    "--device-time-scale", f"{scale:g}", "--duration-s", f"{DURATION_S:g}",
                    "--interference", f"trace:{trace}", *extra, "--log", str(log))
-            records = load_run(log)[1:]  # past the warm-up interval
+            records = load_run(log)
+            records = records[1:] or records  # past the warm-up interval, where the run had more than one
             runs[way].append(sum(r["throughput_samples_s"] * r["interval_s"] for r in records)
                              / sum(r["interval_s"] for r in records))
     even = float(np.mean(runs["even split"]))

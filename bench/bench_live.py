@@ -128,8 +128,13 @@ def rankings_agree(table: dict[str, dict[str, float]]) -> tuple[bool, list[str]]
 
 
 def run() -> dict:
+    """Every setup, or those named in ``RLPIPE_BENCH_LIVE_SETUPS`` (comma-separated: a shorter run)."""
     root = Path(__file__).resolve().parents[1]
     cores = len(os.sched_getaffinity(0))
+    chosen = [name for name in os.environ.get("RLPIPE_BENCH_LIVE_SETUPS", ",".join(SETUPS)).split(",") if name]
+    unknown = sorted(set(chosen) - set(SETUPS))
+    if unknown:
+        raise SystemExit(f"RLPIPE_BENCH_LIVE_SETUPS: {', '.join(unknown)}: none of {', '.join(SETUPS)}")
     results: dict = {"policies": POLICIES, "repeats": REPEATS, "duration_s": DURATION_S, "cores": cores,
                      "setups": {}}
     with tempfile.TemporaryDirectory() as folder:
@@ -138,7 +143,8 @@ def run() -> dict:
         subprocess.run([sys.executable, "-m", "rlpipe.cli", "profile", "--model", "transformer", "--layers", "12",
                         "--batch", str(BATCH), "--microbatches", str(MICROBATCHES), "-o", str(profile)],
                        check=True, cwd=root, stdout=subprocess.DEVNULL)
-        for setup, (layout, processes, windows) in SETUPS.items():
+        for setup in chosen:
+            layout, processes, windows = SETUPS[setup]
             scale = comparison_scale(processes, cores)  # one scale for every run of the setup
             found: dict = {"device_time_scale": scale, "processes": processes, "windows": {}}
             for window, policies in windows.items():
@@ -177,6 +183,8 @@ def acceptance(setups: dict) -> dict:
         figures[f"{setup}_ppo_vs_static_window"] = window["ppo"]["live_vs_static"]
         figures[f"{setup}_ppo_at_least_1_2x_static"] = bool(window["ppo"]["live_vs_static"] >= 1.2)
         figures[f"{setup}_rankings_agree"] = all(w["rankings_agree"] for w in found["windows"].values())
+    if "pipeline" not in setups:
+        return figures
     calm = setups["pipeline"]["windows"]["calm"]["table"]["ppo"]
     per_100 = calm["repartitions_per_run"] * 100 / max(calm["iterations_per_run"], 1)
     figures["pipeline_ppo_repartitions_per_100_iterations_calm"] = per_100
