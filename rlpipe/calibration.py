@@ -162,7 +162,7 @@ def _intervals(runs: list[list[dict[str, Any]]], names: list[str]) -> list[_Inte
                                      np.log(measured / predicted))
             figures = [interval.live_ms, interval.predicted_ms, interval.op_slope, *interval.log_ratios]
             # a field past what any run produces (1e308 ms, a zero prediction) would poison the fit with inf
-            if not (np.all(np.isfinite(figures)) and interval.live_ms > 0 and abs(interval.live_ms) < 1e9):
+            if not (np.all(np.isfinite(figures)) and 0 < interval.live_ms < 1e9):
                 raise InputError(f"{names[index]}: iteration {record['iteration']}: times no run produces "
                                  f"(iteration_ms, compute_ms, predicted_compute_ms or the header's layer times)")
             found.append(interval)

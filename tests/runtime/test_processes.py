@@ -98,13 +98,18 @@ def assert_ended_and_resumes(tmp_path, launcher, children, named, within_s):
     assert time.monotonic() - failed_at < within_s, time.monotonic() - failed_at
     last = stderr.strip().splitlines()[-1]
     assert launcher.returncode == 1 and f"{named} failed first" in last, stderr[-2000:]
+    assert_nothing_left_and_it_resumes(tmp_path, children)
+    return last
+
+
+def assert_nothing_left_and_it_resumes(tmp_path, children: dict[int, int]) -> None:
+    """No stage process outlives the run, and its last checkpoint resumes for ten more iterations."""
     time.sleep(0.5)
     assert alive(children.values()) == []
     reached = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["iteration"]
     records, _ = rlpipe_run(tmp_path, "resumed", *COMMON, *PIPELINE, "--checkpoint-dir", str(tmp_path / "ckpt"),
                             "--iterations", str(reached + 10), "--resume", str(tmp_path / "ckpt"))
     assert records[-1]["iteration"] == reached + 10
-    return last
 
 
 @pytest.mark.slow
@@ -147,10 +152,5 @@ def test_ctrl_c_stops_every_stage_with_130_and_the_checkpoint_resumes(tmp_path):
     assert launcher.returncode == 130
     assert "stage processes exited with 130, 130, 130" in stderr and "Traceback" not in stderr, stderr[-2000:]
     assert stderr.strip().splitlines()[-1] == "rlpipe run: interrupted"
-    time.sleep(0.5)
-    assert alive(children.values()) == []
-    reached = json.loads((tmp_path / "ckpt" / "latest.json").read_text())["iteration"]
-    records, _ = rlpipe_run(tmp_path, "resumed", *COMMON, *PIPELINE, "--checkpoint-dir", str(tmp_path / "ckpt"),
-                            "--iterations", str(reached + 10), "--resume", str(tmp_path / "ckpt"))
-    assert records[-1]["iteration"] == reached + 10
+    assert_nothing_left_and_it_resumes(tmp_path, children)
 
