@@ -120,9 +120,12 @@ def whole_hybrid_run(tmp_path_factory):
 def test_rlpipe_run_of_a_hybrid_job_trains_alike_whatever_moves(tmp_path, whole_hybrid_run):
     straggler = tmp_path / "straggler.csv"
     straggler.write_text("time_s,device,slowdown\n0,2,3.0\n")  # replica 1's stage 0 (device 1 x 2 + 0)
+    # emulated device time: a stage's load is then its device's (the profile's time x the injected slowdown),
+    # not whatever share of 2 cores four stage processes and a neighbour get (real time left the straggler's
+    # load below the others' on a busy CI machine)
     moving = rlpipe_run(tmp_path, "moving", *HYBRID, "--iterations", "8", "--policy", "threshold",
                         "--repartition-at", "2:0,3", "5:0,5", "--rebalance-at", "3:3,5", "6:2,6",
-                        "--interference", f"trace:{straggler}")
+                        "--interference", f"trace:{straggler}", "--device-time", "emulated")
     assert_same_training(whole_hybrid_run, moving)
     records = moving[0]
     assert [r["microbatch_split"] for r in records] == [[4, 4], [3, 5], [3, 5], [2, 6]]
@@ -132,10 +135,10 @@ def test_rlpipe_run_of_a_hybrid_job_trains_alike_whatever_moves(tmp_path, whole_
     assert len(last["sync_ms"]) == 2 and all(ms > 0 for ms in last["sync_ms"])
     assert last["injected_slowdown"] == [1.0, 1.0, 3.0, 1.0]
     loads = [[s["device_load"] for s in r["stages"]] for r in last["replicas"]]
-    # the straggler shows where it is: 3x slower than the others, whose loads time-slicing on a busy
-    # 2-core machine inflates one at a time (the median of the three stays put)
-    others = sorted((loads[0][0], loads[0][1], loads[1][1]))
-    assert loads[1][0] > max(others) and loads[1][0] > 2 * others[1]
+    # the straggler shows where it is: 3x slower than the others (whose emulation a busy machine can overrun
+    # by a fifth: 1.18 beside two spinning processes)
+    others = (loads[0][0], loads[0][1], loads[1][1])
+    assert loads[1][0] == pytest.approx(3.0, rel=0.2) and loads[1][0] > 2 * max(others), loads
     assert last["stages"][0]["device_load"] == loads[1][0]  # a stage group's figures: its slowest member's
 
 
