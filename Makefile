@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 # ruff (style, imports, bugbear, McCabe complexity <= 15) and mypy (types) on the package
 lint: setup

@@ -37,7 +37,7 @@ def test_policies_and_stages_never_share_a_colour():
 @pytest.fixture(scope="module")
 def evaluated():
     return evaluate(["static", "greedy", "dynpipe", "oracle"], ["heavy", "drift"], episodes=2, seed=1,
-                    config=EnvConfig(duration_s=900, min_stages=4, max_stages=4), progress=False)
+                    config=EnvConfig(duration_s=300, min_stages=4, max_stages=4), progress=False)
 
 
 def test_evaluation_figures_are_readable(evaluated):

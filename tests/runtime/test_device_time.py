@@ -112,8 +112,8 @@ def test_the_simulator_predicts_each_interval_of_an_emulated_hybrid_run_within_f
     and a repartition on the way: the simulator's replicas, split and gradient sync predict each
     interval's iteration time within 5% at the median (the same bar one pipeline meets)."""
     records, _ = run(tmp_path, "hybrid", "--stages", "2", "--data-parallel", "2", "--microbatches", "4",
-                     "--batch", "32", "--iterations", "60", "--interval", "5", "--device-time", "emulated",
-                     "--rebalance-at", "20:3,5", "--repartition-at", "40:0,3")
+                     "--batch", "16", "--iterations", "40", "--interval", "5", "--device-time", "emulated",
+                     "--rebalance-at", "15:3,5", "--repartition-at", "25:0,3")
     assert records[0]["run"]["data_parallel"] == 2 and {tuple(r["microbatch_split"]) for r in records} > {(4, 4)}
     ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in records[1:]])  # past warm-up
     assert np.median(np.abs(ratios - 1)) <= 0.05, ratios
@@ -130,7 +130,7 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     share = free_core_share(2)
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
-    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
+    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "40", "--interval", "5"]
     fitted = []
     for seed in (1, 2):
         records, _ = run(tmp_path, f"fit{seed}", *common, "--seed", str(seed))
