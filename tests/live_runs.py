@@ -32,6 +32,64 @@ def free_core_share(cores: int, seconds: float = 1.0) -> float:
         return min(pool.map(_spin, [seconds] * cores))
 
 
+class MachineSpeed:
+    """One core's speed while the ``with`` block runs: the median of short samples (20 ms of 256 x 256
+    matrix products, one every 0.5 s: 4% of a core), in products per second (``median`` after the block).
+    On a shared virtual machine it moves by a third from one minute to the next with nothing else running
+    here (another tenant of the host)."""
+
+    def __enter__(self) -> "MachineSpeed":
+        import threading
+
+        self._stop, self.samples = threading.Event(), []
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        matrix = torch.randn(256, 256)
+        torch.set_num_threads(1)
+        while not self._stop.wait(0.5):
+            start, products = time.perf_counter(), 0
+            while time.perf_counter() - start < 0.02:
+                matrix @ matrix
+                products += 1
+            self.samples.append(products / (time.perf_counter() - start))
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.median = sorted(self.samples)[len(self.samples) // 2] if self.samples else float("nan")
+
+
+class ForeignCpu:
+    """How many cores' worth of CPU time processes other than this test and its children took while the
+    ``with`` block ran (machine-wide busy time from ``/proc/stat`` minus this process's and its reaped
+    children's own): ``cores`` after the block."""
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own_s() -> float:
+        import resource
+
+        return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    def __enter__(self) -> "ForeignCpu":
+        self._start = (time.perf_counter(), self._machine_busy_s(), self._own_s())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall, busy, own = (now - then for now, then in zip(
+            (time.perf_counter(), self._machine_busy_s(), self._own_s()), self._start, strict=True))
+        self.cores = max(busy - own, 0.0) / max(wall, 1e-9)
+
+
 def run_command(*args, timeout=240) -> subprocess.CompletedProcess:
     """``rlpipe run ARGS`` as a user starts it, however it ends."""
     return subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args], capture_output=True, text=True,

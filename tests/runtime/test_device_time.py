@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_runs import ENV, free_core_share
+from live_runs import ENV, ForeignCpu, MachineSpeed, free_core_share
 
 from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.interference import InterferenceTrace
@@ -126,24 +126,42 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     simulator predicts a third, of another seed and partition, within 10% (median over its intervals).
     Nothing here is emulated: the prediction cannot match by construction. Real device time measures
     whatever else runs on the machine, so the test needs its cores to itself, and says so (a skip) when
-    another busy process shares them."""
+    another busy process shared them: before it starts, and during each run (a neighbour that started
+    while the fits ran made the judged run 12% faster than predicted); and likewise when the machine's own
+    speed moved between runs (a shared virtual machine's core ran 1,580 and 2,400 products/s a minute
+    apart with nothing else running here: no calibration on other runs can predict that)."""
     share = free_core_share(2)
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
-    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "40", "--interval", "5"]
+    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
+
+    speeds = []
+
+    def run_alone(name, *args):
+        with ForeignCpu() as foreign, MachineSpeed() as speed:
+            records, _ = run(tmp_path, name, *common, *args)
+        speeds.append(speed.median)
+        if foreign.cores > 0.15:
+            pytest.skip(f"real device time needs 2 free cores: other processes took {foreign.cores:.2f} of a "
+                        f"core during the {name} run")
+        if max(speeds) > 1.25 * min(speeds):  # a switch of the host (medians within one vary by ~10%)
+            pytest.skip(f"real device time needs a machine that keeps its speed: a core ran {min(speeds):.0f} to "
+                        f"{max(speeds):.0f} matrix products/s (medians over runs)")
+        return records
+
     fitted = []
     for seed in (1, 2):
-        records, _ = run(tmp_path, f"fit{seed}", *common, "--seed", str(seed))
+        records = run_alone(f"fit{seed}", "--seed", str(seed))
         assert records[0]["run"]["device_time"] == "real" and not records[0]["run"]["oversubscribed"]
         fitted.append(tmp_path / f"fit{seed}.jsonl")
     calibration = tmp_path / "calibration.json"
     result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "calibrate", *map(str, fitted), "-o",
                              str(calibration)], capture_output=True, text=True, timeout=120, env=ENV)
     assert result.returncode == 0, result.stderr
-    judged, _ = run(tmp_path, "judged", *common, "--seed", "3", "--boundaries", "0,3")
+    judged = run_alone("judged", "--seed", "3", "--boundaries", "0,3")
     predicted = calibrated_iteration_ms(judged, Calibration.load(calibration))
     ratios = np.array([r["iteration_ms"] / p for r, p in zip(judged[1:], predicted[1:], strict=True)])  # past warm-up
-    assert np.median(np.abs(ratios - 1)) <= 0.10, ratios
+    assert np.median(np.abs(ratios - 1)) <= 0.10, (ratios, speeds)
 
 
 @pytest.mark.slow
