@@ -42,6 +42,7 @@ class MachineSpeed:
         import threading
 
         self._stop, self.samples = threading.Event(), []
+        self._threads = torch.get_num_threads()  # process-wide: the sampler's 1 is given back at the end
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -59,6 +60,7 @@ class MachineSpeed:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        torch.set_num_threads(self._threads)
         self.median = sorted(self.samples)[len(self.samples) // 2] if self.samples else float("nan")
 
 

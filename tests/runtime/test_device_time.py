@@ -134,7 +134,6 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
     common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
-
     speeds = []
 
     def run_alone(name, *args):
