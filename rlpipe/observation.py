@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 3), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 4), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -29,8 +29,12 @@ job waits for its slowest replica); the replica block keeps every device.
   outlasted the current imbalance's age, the share that lasted twice as long: a hazard a policy can
   learn), what a rebalance of
   micro-batches would gain and cost and its own ski-rental count, what re-plan and rebalance together
-  would gain and cost, replicas / d_max, the most communication-bound link, and the gradient sync's
-  share of the iteration. Stalls are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
+  would gain and cost, replicas / d_max, the most communication-bound link, the gradient sync's
+  share of the iteration, the ski-rental count of re-plan and rebalance together, and for each of the
+  three counts the intervals in a row its gain has held (up to ``CONFIRMED_SPAN``). The rebalance's and
+  the pair's counts start again whenever the partition or the split changes (FALCON's escalation restarts
+  from the rebalanced job: version 4). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the
+  current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
@@ -55,7 +59,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats
 
-OBSERVATION_VERSION = 3
+OBSERVATION_VERSION = 4
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -63,7 +67,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 22
+GLOBAL_FEATURES = 26
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -84,6 +88,10 @@ class G:
     SINCE_REPARTITION, REPLAN_GAIN, REPLAN_COST, THROUGHPUT, STAGES, LAST_STALL, ONE_LAYER_STALL = range(7)
     NOISE, DISPERSION, LOST, HELD, PAST_COUNT, PAST_MEDIAN, PAST_LONGER = range(7, 14)
     REBALANCE_GAIN, REBALANCE_COST, REBALANCE_LOST, BOTH_GAIN, BOTH_COST, REPLICAS, COMM_BOUND, SYNC = range(14, 22)
+    BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
+
+
+CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
 
 
 @dataclass
@@ -93,7 +101,7 @@ class LostTime:
     Each interval whose gain (predicted iteration time now over after the action, minus 1) exceeds
     ``max(min_gain, noise_multiple x the noise of the estimates)`` adds its wall time x the share the action
     would save; an interval below that starts the count again. A rule acts once the count reaches the action's
-    stall; the observation carries the counts of a layer re-plan and of a rebalance.
+    stall; the observation carries the counts of a layer re-plan, of a rebalance and of both together.
 
     Args:
         min_gain: the smallest gain that counts (0.03: 3%).
@@ -228,7 +236,9 @@ class ObservationEncoder:
         self.targets = Targets(self.planner.ideal_boundaries, self.planner.even,
                                (self.planner.ideal_boundaries, self.planner.even))
         self.lost_time = LostTime()
-        self.rebalance_lost_time = LostTime()
+        self.rebalance_lost_time = LostTime()  # restarted at every change of partition or split
+        self.both_lost_time = LostTime()  # re-plan and rebalance together; restarted likewise
+        self._running: tuple | None = None  # the (partition, split) of the last interval
         self._mask_cache: tuple | None = None
 
     # --- what the rules read ----------------------------------------------------------------------
@@ -423,8 +433,14 @@ class ObservationEncoder:
         planner, targets = self.planner, self.targets
         now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures
         noise, transient = self.estimate_noise, self.transient
+        running = (tuple(stats.boundaries), self.split)
+        if self._running is not None and running != self._running:  # the job changed: the escalation starts again
+            self.rebalance_lost_time.reset()
+            self.both_lost_time.reset()
+        self._running = running
         self.lost_time.update(now_ms, replan_ms, noise, stats, targets.replan != stats.boundaries, transient)
         self.rebalance_lost_time.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != self.split, transient)
+        self.both_lost_time.update(now_ms, both_ms, noise, stats, targets.both != running, transient)
         unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
         g = self._global_base
         observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
@@ -444,6 +460,11 @@ class ObservationEncoder:
         observation[g + G.BOTH_GAIN] = now_ms / both_ms - 1.0
         observation[g + G.BOTH_COST] = both_stall / unit_s
         observation[g + G.REPLICAS] = planner.replicas / self.d_max
+        observation[g + G.BOTH_LOST] = (self.both_lost_time.lost_s / max(both_stall, 1e-9)
+                                        if self.both_lost_time.lost_s else 0.0)
+        for position, count in ((G.REPLAN_CONFIRMED, self.lost_time), (G.REBALANCE_CONFIRMED, self.rebalance_lost_time),
+                                (G.BOTH_CONFIRMED, self.both_lost_time)):
+            observation[g + position] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
         observation[g + G.SYNC] = (float(stats.sync_ms.max()) / max(stats.iteration_ms, 1e-9)
                                    if stats.sync_ms is not None and len(stats.sync_ms) else 0.0)
 

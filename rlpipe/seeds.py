@@ -23,3 +23,7 @@ LAYER_SEED_STRIDE = 10_007
 
 DEMONSTRATION_SEED_BASE = 70_000_003
 """A teacher's demonstrations (training's imitation phase) come from episodes seeded from here on."""
+
+DAGGER_SEED_STRIDE = 50_000
+"""DAgger round r of the imitation phase labels episodes seeded from ``DEMONSTRATION_SEED_BASE + r *
+DAGGER_SEED_STRIDE`` on (the first collection uses far fewer episodes)."""

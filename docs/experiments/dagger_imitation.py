@@ -6,6 +6,11 @@ on 2 cores). It writes /tmp/dagger{0,1,2,3} (deployable artifacts: `rlpipe evalu
 falcon,ppo:/tmp/dagger3 --data-parallel 2 --stages 4 ...`). Results (4 x 2, 3 held-out episodes per preset,
 seed 4242): rounds 2-3 reach falcon on periodic, drift, bursty and heavy, not on mixed (-0.009); at 4 x 4
 persistent and mixed stay 0.012 and 0.009 below. See the closing note of #19.
+
+Since then (observation v4, which carries FALCON's own counts): DAgger is part of `rlpipe train`
+(`imitation_rounds` in configs/ppo.yml), and the rules' counts follow the job that runs, so that a label
+on the learner's state is what the rule would do there. This script records the v3 experiment; with
+v4 its artifacts would need the v3 encoder (git 3cabc18).
 """
 import time
 

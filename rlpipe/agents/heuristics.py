@@ -167,22 +167,38 @@ class ThresholdPolicy(PolicyBase):
     min_survival: float = 0.3
     name: str = "threshold"
     _count: LostTime = field(default_factory=LostTime, init=False)
+    _running: JobPlan = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._count = LostTime(self.min_gain, self.noise_multiple)
 
     def reset(self) -> None:
         self._count.reset()
+        self._running = None
 
     def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
         encoder = context.encoder
         if encoder.latest is None:
             return KEEP
-        if ski_rental_fires(self._count, encoder.replan_figures, encoder, bool(mask[REPLAN]), self.confirm_intervals,
-                            self.min_survival):
-            self._count.reset()
-            return REPLAN
-        return KEEP
+        self._running = restart_on_change(self._running, context, self._count)
+        fires = ski_rental_fires(self._count, encoder.replan_figures, encoder, bool(mask[REPLAN]),
+                                 self.confirm_intervals, self.min_survival)
+        return REPLAN if fires else KEEP
+
+
+JobPlan = tuple[tuple[int, ...], tuple[int, ...]] | None  # (partition, split) a rule last saw running
+
+
+def restart_on_change(running: JobPlan, context: DecisionContext, *counts: LostTime) -> JobPlan:
+    """Restart ``counts`` when the partition or split in force differs from the one last seen; returns the
+    one in force. The counts follow the job that runs rather than the rule's own advice: acting changes the
+    job, so under its own control a rule restarts exactly as if it reset on acting, and a rule that only
+    advises (labelling another policy's states, or a refused change) keeps counting what is still lost."""
+    now = (tuple(context.boundaries), tuple(context.split or context.encoder.split))
+    if running is not None and now != running:
+        for count in counts:
+            count.reset()
+    return now
 
 
 def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder, possible: bool,
@@ -208,8 +224,8 @@ class FalconPolicy(PolicyBase):
     that fits it (its stall: the layers' parameters and optimizer state moved). Each acts once its count
     reaches its stall, its gain has held ``confirm_intervals`` intervals in a row and the imbalance is
     likely to last (as the threshold rule judges them). A rebalance costs less, so it fires first, and the
-    counts start again from the rebalanced job; the re-split follows when what is still lost outlasts its
-    larger stall. On one pipeline it is the threshold rule.
+    counts start again from the rebalanced job (from any change of partition or split); the re-split
+    follows when what is still lost outlasts its larger stall. On one pipeline it is the threshold rule.
 
     Args (the threshold rule's, same defaults): min_gain (0.03), noise_multiple (3), confirm_intervals (2),
     min_survival (0.3).
@@ -222,6 +238,7 @@ class FalconPolicy(PolicyBase):
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
+    _running: JobPlan = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._rebalance = LostTime(self.min_gain, self.noise_multiple)
@@ -230,17 +247,18 @@ class FalconPolicy(PolicyBase):
     def reset(self) -> None:
         self._rebalance.reset()
         self._replan.reset()
+        self._running = None
 
     def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> int:
         encoder = context.encoder
         if encoder.latest is None:
             return KEEP
+        # the escalation starts again from a changed job (the rebalanced one, say)
+        self._running = restart_on_change(self._running, context, self._rebalance, self._replan)
         if encoder.planner.replicas == 1:  # one pipeline: the threshold rule
-            if ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
-                                self.confirm_intervals, self.min_survival):
-                self._replan.reset()
-                return REPLAN
-            return KEEP
+            fires = ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
+                                     self.confirm_intervals, self.min_survival)
+            return REPLAN if fires else KEEP
         rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
                                      self.confirm_intervals, self.min_survival)
         targets = encoder.targets  # the re-split comes with the split that fits it: which action reaches it
@@ -250,12 +268,8 @@ class FalconPolicy(PolicyBase):
         resplit = ski_rental_fires(self._replan, encoder.both_figures, encoder, bool(mask[both_action]),
                                    self.confirm_intervals, self.min_survival)
         if resplit:
-            self.reset()
             return both_action
-        if rebalance:  # the escalation starts again from the rebalanced job
-            self.reset()
-            return REBALANCE
-        return KEEP
+        return REBALANCE if rebalance else KEEP
 
 
 @dataclass

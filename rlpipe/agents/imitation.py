@@ -4,7 +4,8 @@ actor held still, and only then does PPO improve on the teacher. Started from sc
 a 30-minute budget rediscovering what the ski-rental rule already knows.
 
 The cloning is a plain supervised loop (cross-entropy over the valid actions only); ``imitation``'s BC
-does not know MaskablePPO's action masks.
+does not know MaskablePPO's action masks. Rounds of DAgger then label the clone's own states, and during
+PPO a :class:`BehaviourAnchor` keeps the actor near the teacher's decisions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 from torch import nn
 
 from rlpipe.agents import make_policy
@@ -35,16 +37,23 @@ class Demonstrations:
         return len(self.actions)
 
 
-def collect(env_kwargs: dict[str, Any], teacher: str, steps: int) -> Demonstrations:
-    """Run ``teacher`` through episodes drawn as training draws them (seeds of their own) for ``steps``
-    decisions."""
+def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any = None,
+            seed_base: int = DEMONSTRATION_SEED_BASE) -> Demonstrations:
+    """Label ``steps`` decisions with ``teacher``'s, in episodes drawn as training draws them (seeds of
+    their own, from ``seed_base``).
+
+    Without ``learner`` the teacher's decisions drive the episodes (behaviour cloning). With one (an SB3
+    policy), the learner's deterministic decisions drive them and the teacher labels the states the learner
+    reaches (DAgger, Ross et al. 2011: a clone's small mistakes lead it to states the teacher never shows,
+    where it then errs more); the rules' counts follow the job that runs, so a label is what the teacher
+    would do in the learner's place."""
     env, policy = RepartitionEnv(**env_kwargs), make_policy(teacher)
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     actions: list[int] = []
     episode = 0
     while len(actions) < steps:
-        observation, _ = env.reset(seed=DEMONSTRATION_SEED_BASE + episode)
+        observation, _ = env.reset(seed=seed_base + episode)
         policy.reset()
         episode += 1
         done = False
@@ -55,9 +64,18 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int) -> Demonstrati
             observations.append(observation)
             masks.append(mask)
             actions.append(action)
+            if learner is not None:
+                action = int(learner.predict(observation, action_masks=mask, deterministic=True)[0])
             observation, _, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
     return Demonstrations(np.array(observations, dtype=np.float32), np.array(masks), np.array(actions))
+
+
+def merge(first: Demonstrations, second: Demonstrations) -> Demonstrations:
+    """Both sets of decisions in one (DAgger's aggregate)."""
+    return Demonstrations(np.concatenate([first.observations, second.observations]),
+                          np.concatenate([first.masks, second.masks]),
+                          np.concatenate([first.actions, second.actions]))
 
 
 def actor_logits(policy: Any, observations: torch.Tensor) -> torch.Tensor:
@@ -66,36 +84,89 @@ def actor_logits(policy: Any, observations: torch.Tensor) -> torch.Tensor:
     return policy.action_net(latent)
 
 
+def actor_parameters(policy: Any) -> list[torch.nn.Parameter]:
+    """The weights of an SB3 actor-critic policy's actor (its action head and the layers before it)."""
+    return [*policy.mlp_extractor.policy_net.parameters(), *policy.action_net.parameters()]
+
+
+class CloningLoss:
+    """Cross-entropy of the actor's masked logits against the teacher's actions, actions other than keep
+    weighted ``rare_weight`` times (keep is most decisions)."""
+
+    def __init__(self, demonstrations: Demonstrations, rare_weight: float = 5.0):
+        self.observations = torch.as_tensor(demonstrations.observations)
+        self.masks = torch.as_tensor(demonstrations.masks, dtype=torch.bool)
+        self.actions = torch.as_tensor(demonstrations.actions, dtype=torch.long)
+        weights = torch.ones(self.masks.shape[1])
+        weights[KEEP + 1:] = rare_weight
+        self._loss = nn.CrossEntropyLoss(weight=weights)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def __call__(self, policy: Any, batch: torch.Tensor) -> torch.Tensor:
+        logits = actor_logits(policy, self.observations[batch]).masked_fill(~self.masks[batch], -1e9)
+        return self._loss(logits, self.actions[batch])
+
+    def accuracy(self, policy: Any) -> float:
+        """The share of the teacher's non-keep decisions the actor repeats."""
+        with torch.no_grad():
+            predicted = actor_logits(policy, self.observations).masked_fill(~self.masks, -1e9).argmax(dim=1)
+        rare = self.actions != KEEP
+        return float((predicted[rare] == self.actions[rare]).float().mean()) if rare.any() else 1.0
+
+
 def clone(policy: Any, demonstrations: Demonstrations, epochs: int = 8, batch_size: int = 1024,
           learning_rate: float = 1e-3, rare_weight: float = 5.0, seed: int = 0) -> float:
-    """Fit the policy's actor to the demonstrations (cross-entropy over the valid actions, actions other
-    than keep weighted ``rare_weight`` times, since keep is most decisions); returns the accuracy on
-    the teacher's non-keep decisions."""
-    observations = torch.as_tensor(demonstrations.observations)
-    masks = torch.as_tensor(demonstrations.masks, dtype=torch.bool)
-    actions = torch.as_tensor(demonstrations.actions, dtype=torch.long)
-    parameters = [*policy.mlp_extractor.policy_net.parameters(), *policy.action_net.parameters()]
-    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
-    weights = torch.ones(masks.shape[1])
-    weights[KEEP + 1:] = rare_weight
-    loss_fn = nn.CrossEntropyLoss(weight=weights)
+    """Fit the policy's actor to the demonstrations (:class:`CloningLoss`); returns the accuracy on the
+    teacher's non-keep decisions."""
+    loss = CloningLoss(demonstrations, rare_weight)
+    optimizer = torch.optim.Adam(actor_parameters(policy), lr=learning_rate)
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
-        order = torch.randperm(len(actions), generator=generator)
+        order = torch.randperm(len(loss), generator=generator)
         for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            logits = actor_logits(policy, observations[batch]).masked_fill(~masks[batch], -1e9)
-            loss = loss_fn(logits, actions[batch])
             optimizer.zero_grad()
-            loss.backward()
+            loss(policy, order[start:start + batch_size]).backward()
             optimizer.step()
-    with torch.no_grad():
-        predicted = actor_logits(policy, observations).masked_fill(~masks, -1e9).argmax(dim=1)
-    rare = actions != KEEP
-    return float((predicted[rare] == actions[rare]).float().mean()) if rare.any() else 1.0
+    return loss.accuracy(policy)
+
+
+class BehaviourAnchor(BaseCallback):
+    """Keeps PPO near the teacher it started from: after every rollout, before PPO's update, a few
+    minibatches of the cloning loss on the teacher's decisions. PPO's clipped steps then refine the
+    imitated rule where its returns say so, rather than drift from it everywhere at once.
+
+    Args:
+        demonstrations: the teacher's decisions (the imitation phase's aggregate).
+        batches: minibatches of the cloning loss per rollout.
+        learning_rate: the cloning steps' learning rate.
+        batch_size: decisions per minibatch.
+    """
+
+    def __init__(self, demonstrations: Demonstrations, batches: int, learning_rate: float = 1e-4,
+                 batch_size: int = 1024, seed: int = 0):
+        super().__init__()
+        self.loss = CloningLoss(demonstrations)
+        self.batches, self.learning_rate, self.batch_size = batches, learning_rate, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        policy = self.model.policy
+        if self.optimizer is None:
+            self.optimizer = torch.optim.Adam(actor_parameters(policy), lr=self.learning_rate)
+        for _ in range(self.batches):
+            batch = torch.randint(len(self.loss), (self.batch_size,), generator=self.generator)
+            self.optimizer.zero_grad()
+            self.loss(policy, batch).backward()
+            self.optimizer.step()
 
 
 def hold_actor(policy: Any, held: bool) -> None:
     """Hold the actor still (the critic alone learns) or let it learn again."""
-    for parameter in [*policy.mlp_extractor.policy_net.parameters(), *policy.action_net.parameters()]:
+    for parameter in actor_parameters(policy):
         parameter.requires_grad_(not held)

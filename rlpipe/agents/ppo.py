@@ -37,7 +37,7 @@ from rlpipe.observation import (
     ActionLayout,
     ObservationEncoder,
 )
-from rlpipe.seeds import HELD_OUT_SEED_BASE
+from rlpipe.seeds import DAGGER_SEED_STRIDE, DEMONSTRATION_SEED_BASE, HELD_OUT_SEED_BASE
 
 PPO_KEYS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range",
             "ent_coef", "vf_coef", "max_grad_norm")
@@ -70,6 +70,10 @@ class TrainConfig:
     imitation_steps: int = 500_000  # at most; a short run imitates in proportion (imitation_share of its steps)
     imitation_share: float = 0.15
     imitation_epochs: int = 8
+    imitation_rounds: int = 0  # DAgger rounds after the cloning: the teacher labels the clone's own states
+    imitation_round_steps: int = 100_000  # decisions labelled per round (a short run: in proportion)
+    anchor_batches: int = 0  # cloning-loss minibatches on the teacher's decisions after every PPO rollout
+    anchor_learning_rate: float = 1e-4
     critic_warmup_steps: int = 200_000  # the critic learns the cloned actor's values, the actor held still (at
     # most; a short run in proportion, half the imitation's share)
     checkpoint_freq: int = 100_000
@@ -112,13 +116,14 @@ class TrainConfig:
                              f"(n_steps x n_envs = {self.n_steps * self.n_envs})")
         if not 0 <= self.imitation_share <= 1:
             raise InputError(f"{source}: imitation_share: must be in [0, 1], got {self.imitation_share}")
-        for name in ("imitation_steps", "critic_warmup_steps", "ent_coef", "vf_coef"):
+        for name in ("imitation_steps", "imitation_rounds", "imitation_round_steps", "anchor_batches",
+                     "critic_warmup_steps", "ent_coef", "vf_coef"):
             if getattr(self, name) < 0:
                 raise InputError(f"{source}: {name}: must be >= 0, got {getattr(self, name)}")
         for name, low, high in (("gamma", 0.0, 1.0), ("gae_lambda", 0.0, 1.0)):
             if not low < getattr(self, name) <= high:
                 raise InputError(f"{source}: {name}: must be in ({low:g}, {high:g}], got {getattr(self, name)}")
-        for name in ("clip_range", "max_grad_norm", "eval_duration_s"):
+        for name in ("clip_range", "max_grad_norm", "eval_duration_s", "anchor_learning_rate"):
             if not getattr(self, name) > 0:
                 raise InputError(f"{source}: {name}: must be > 0, got {getattr(self, name)}")
         self._validate_learning_rate(source)
@@ -259,10 +264,13 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     model = MaskablePPO(config.policy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
     if config.imitate:
-        _imitate(model, config, progress)
+        demonstrations = _imitate(model, config, out, progress)
         scorer = callbacks[0]
         assert isinstance(scorer, EfficiencyEvalCallback)
         scorer.score(model)  # the imitated policy is a candidate too: PPO's must beat it to replace it
+        if config.anchor_batches:
+            callbacks.append(imitation.BehaviourAnchor(demonstrations, config.anchor_batches,
+                                                       config.anchor_learning_rate, seed=config.seed))
     rollout = config.n_steps * config.n_envs  # PPO learns in whole rollouts: the run ends on one
     total = -(-config.n_timesteps // rollout) * rollout
     if progress and total != config.n_timesteps:
@@ -279,9 +287,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     best = out / "best" / "best_model.zip"
     if best.exists():
         model = MaskablePPO.load(best, device="cpu")
-    history = config.env_kwargs.get("history", DEFAULT_HISTORY)
-    s_max = config.env_kwargs.get("s_max", DEFAULT_S_MAX)
-    d_max = config.env_kwargs.get("d_max", DEFAULT_D_MAX)
+    s_max, history, d_max = _observation_shape(config)
     calibration = config.env_kwargs.get("calibration")
     export(model, s_max, history, d_max, out, training={
         "config": {**config.__dict__}, "seed": config.seed, "source_revision": revision,
@@ -290,21 +296,37 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     return out / "policy.pt"
 
 
-def imitation_budget(config: TrainConfig) -> tuple[int, int]:
-    """(teacher decisions, critic warm-up steps) of a run: the configured ones, or for a short run its
-    share of the run's steps (so a 4,096-step trial imitates for seconds, not minutes)."""
-    decisions = min(config.imitation_steps, int(config.imitation_share * config.n_timesteps))
+def imitation_budget(config: TrainConfig) -> tuple[int, int, int]:
+    """(teacher decisions, decisions per DAgger round, critic warm-up steps) of a run: the configured ones,
+    or for a short run its share of the run's steps (so a 4,096-step trial imitates for seconds, not
+    minutes)."""
+    decisions = max(min(config.imitation_steps, int(config.imitation_share * config.n_timesteps)), 1)
+    per_round = min(config.imitation_round_steps,
+                    int(config.imitation_round_steps * decisions / max(config.imitation_steps, 1)))
     warmup = min(config.critic_warmup_steps, int(config.imitation_share / 2 * config.n_timesteps))
-    return max(decisions, 1), warmup
+    return decisions, max(per_round, 1), warmup
 
 
-def _imitate(model: Any, config: TrainConfig, progress: bool) -> None:
-    """The actor learns the teacher's decisions; the critic then learns their value (actor held still)."""
-    decisions, warmup = imitation_budget(config)
+def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imitation.Demonstrations:
+    """The actor learns the teacher's decisions, then (DAgger) the teacher's decisions on its own states;
+    the critic then learns their value (actor held still). Returns every decision learned from; the
+    imitated actor is saved as ``imitated/policy.pt``."""
+    decisions, per_round, warmup = imitation_budget(config)
+    env_kwargs, teacher = _env_kwargs(config), str(config.imitate)
     if progress:
-        print(f"imitation: {decisions:,} decisions of {config.imitate} ...", flush=True)
-    demonstrations = imitation.collect(_env_kwargs(config), str(config.imitate), decisions)
+        print(f"imitation: {decisions:,} decisions of {teacher} ...", flush=True)
+    demonstrations = imitation.collect(env_kwargs, teacher, decisions)
     accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs, seed=config.seed)
+    for round_ in range(1, config.imitation_rounds + 1):
+        if progress:
+            print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; DAgger round {round_} of "
+                  f"{config.imitation_rounds}: {per_round:,} of its own decisions labelled ...", flush=True)
+        own = imitation.collect(env_kwargs, teacher, per_round, learner=model,
+                                seed_base=DEMONSTRATION_SEED_BASE + DAGGER_SEED_STRIDE * round_)
+        demonstrations = imitation.merge(demonstrations, own)
+        accuracy = imitation.clone(model.policy, demonstrations, epochs=max(config.imitation_epochs // 2, 1),
+                                   seed=config.seed + round_)
+    export(model, *_observation_shape(config), out / "imitated", training={"imitated": teacher})
     if progress:
         print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; the critic learns their value "
               f"({warmup:,} steps)", flush=True)
@@ -313,6 +335,14 @@ def _imitate(model: Any, config: TrainConfig, progress: bool) -> None:
         imitation.hold_actor(model.policy, True)
         model.learn(total_timesteps=-(-warmup // rollout) * rollout, progress_bar=progress, tb_log_name="critic")
         imitation.hold_actor(model.policy, False)
+    return demonstrations
+
+
+def _observation_shape(config: TrainConfig) -> tuple[int, int, int]:
+    """(s_max, history, d_max) of the observation the run trains on."""
+    kwargs = config.env_kwargs
+    return (kwargs.get("s_max", DEFAULT_S_MAX), kwargs.get("history", DEFAULT_HISTORY),
+            kwargs.get("d_max", DEFAULT_D_MAX))
 
 
 def actor_of(model: Any, s_max: int, history: int, d_max: int = DEFAULT_D_MAX,

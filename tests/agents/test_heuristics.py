@@ -136,3 +136,44 @@ def test_dynpipe_checks_every_50_iterations_whatever_the_interval():
     actions = drive(env_with_slowdown(3.0, interval=10), DynPipePolicy(), 60)
     replan = first_replan(actions)
     assert replan is not None and replan % 5 == 0  # baseline at interval 0, then a check every 5 intervals
+
+
+def test_the_rules_counts_follow_the_job_that_runs():
+    """Advice not taken (a learner's states labelled by the rule, a refused change) leaves the time lost
+    counted: the rule advises the re-plan again the next interval; taken, the job changed and it keeps."""
+    ignored, rule = env_with_slowdown(2.0), ThresholdPolicy()
+    advice = []
+    for _ in range(60):
+        advice.append(rule.act(None, ignored.action_masks(), DecisionContext(ignored.encoder, ignored.boundaries)))
+        ignored.step(KEEP)
+    first = first_replan(advice)
+    assert first is not None and advice[first + 1:first + 4] == [REPLAN] * 3
+    followed = drive(env_with_slowdown(2.0), ThresholdPolicy(), 60)
+    assert first_replan(followed) == first and followed[first + 1:first + 4] == [KEEP] * 3
+
+
+def test_falcons_decisions_are_read_off_the_observation():
+    """Observation v4 carries FALCON's two counts (restarted when the job changes) and how many intervals
+    each has held: its decision follows from the features alone (a learner can repeat it), on replicated
+    jobs where it escalates from rebalance to re-split."""
+    from rlpipe.observation import BOTH, GLOBAL_FEATURES, G
+
+    decisions, acted, agreed = 0, 0, 0
+    for replicas, device, factor, overhead_s in ((2, 5, 1.6, 2.0), (4, 6, 2.5, 1.0)):
+        env = env_with_slowdown(factor, replicas=replicas, device=device, overhead_s=overhead_s)
+        falcon, observation = FalconPolicy(), None
+        for _ in range(100):
+            mask = env.action_masks()
+            action = falcon.act(observation, mask, DecisionContext(env.encoder, env.boundaries, split=env.split))
+            if observation is not None:
+                g = observation[-GLOBAL_FEATURES:]
+                lasting = g[G.PAST_LONGER] >= falcon.min_survival
+                resplit = g[G.BOTH_LOST] >= 1 and g[G.BOTH_CONFIRMED] >= 0.5 and lasting
+                rebalance = mask[REBALANCE] and g[G.REBALANCE_LOST] >= 1 and g[G.REBALANCE_CONFIRMED] >= 0.5 and lasting
+                read = "resplit" if resplit else REBALANCE if rebalance else KEEP
+                decisions += 1
+                acted += action != KEEP
+                agreed += read == action or (read == "resplit" and action in (REPLAN, REBALANCE, BOTH))
+            observation, _, _, _, _ = env.step(action)
+    assert acted >= 3  # 2 x 4: a rebalance, then a re-split (measured: intervals 29 and 62); 4 x 4: a rebalance
+    assert agreed == decisions
