@@ -165,8 +165,11 @@ def _is_net_arch(net_arch: Any) -> bool:
 def _source_revision() -> str:
     try:
         root = Path(__file__).resolve().parents[2]
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "unknown"
+        revision = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip() or "unknown"
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "rlpipe", "configs"],
+                                 capture_output=True, text=True, timeout=5).stdout.strip()
+        return f"{revision}+uncommitted" if changed and revision != "unknown" else revision
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
