@@ -37,7 +37,9 @@ REPEATS = 3
 DURATION_S = 40.0  # each run's wall time: 42 runs (with start-up) in ~35 minutes on 2 cores
 PAIRS, PAIR_DURATION_S = 5, 20.0
 MICROBATCHES, BATCH = 4, 16
-MODEL = ["--model", "transformer", "--layers", "12", "--schedule", "1f1b", "--interval", "10", "--seed", "3",
+INTERVAL = 2  # iterations between decisions: a 40 s run holds ~25 iterations (15 hybrid), and at a decision every
+# 10 no policy had intervals enough after the straggler to act on it (measured: every rule tied static)
+MODEL = ["--model", "transformer", "--layers", "12", "--schedule", "1f1b", "--interval", str(INTERVAL), "--seed", "3",
          "--device-time", "emulated", "--inject", "throttle"]
 SETUPS = {  # name: (layout arguments, processes, {window: policies})
     "pipeline": (["--stages", "4", "--microbatches", str(MICROBATCHES), "--batch", str(BATCH)], 4,
