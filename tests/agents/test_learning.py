@@ -92,7 +92,8 @@ def test_imitation_reproduces_its_teacher_on_a_held_out_episode():
 @pytest.mark.slow
 def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
     """PPO at a large step size drifts from the cloned rule; the anchor's cloning minibatches after each
-    rollout hold the actor to it (measured: 0.69 of the teacher's moves repeated without, 0.99 with)."""
+    rollout hold the actor to it (measured after 4,096 steps: the clone repeats 0.67 of the teacher's moves, PPO
+    then 0.44 without the anchor, 0.93 with it)."""
     from sb3_contrib import MaskablePPO
 
     env_kwargs = {"duration_s": 1800.0, "scenarios": ["heavy", "periodic", "drift", "mixed"], "min_stages": 4,
@@ -103,7 +104,7 @@ def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
         model = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=0, learning_rate=1e-3, n_steps=1024,
                             batch_size=256, policy_kwargs={"net_arch": [64, 64]})
         cloned = clone(model.policy, demonstrations)
-        model.learn(8192, callback=[BehaviourAnchor(demonstrations, 40, 1e-3)] if anchored else [])
+        model.learn(4096, callback=[BehaviourAnchor(demonstrations, 40, 1e-3)] if anchored else [])
         repeated[anchored] = CloningLoss(demonstrations).accuracy(model.policy)
     assert repeated[True] >= cloned and repeated[True] >= repeated[False] + 0.1, (cloned, repeated)
 
