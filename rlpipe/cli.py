@@ -6,8 +6,10 @@ A user's mistake (an :class:`~rlpipe.errors.InputError`) ends with one line on s
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -463,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if hasattr(signal, "SIGUSR1") and argv is None:  # a hung command shows where: kill -USR1 PID prints every stack
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # a mistyped option: the command's own usage, not the top-level one
