@@ -78,6 +78,12 @@ class Mesh:
         self.dp_group = device_mesh["dp"].get_group()
         self.pipeline_ranks = [dims.rank_of(self.replica, s) for s in range(dims.stages)]
 
+    def release(self) -> None:
+        """Let go of the process groups (after ``destroy_process_group``), so that nothing of this mesh
+        keeps them alive until the interpreter exits."""
+        self.__dict__.pop("pp_group", None)
+        self.__dict__.pop("dp_group", None)
+
 
 class GradientSync:
     """Weights one stage's gradients and sums them over its stage group, in one bucket per dtype.

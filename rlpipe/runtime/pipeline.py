@@ -12,6 +12,7 @@ prediction for it beside the measurement.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -178,7 +179,7 @@ class AdaptivePipeline:
     def boundaries(self) -> tuple[int, ...]:
         """The partition in force: the first layer of each stage (the same in every replica)."""
         if self.stage is None:
-            raise ValueError("boundaries: the pipeline is laid out by its first train_step")
+            raise ValueError("boundaries: the pipeline is laid out by its first train_step (and closed by close)")
         return self.stage.boundaries
 
     @property
@@ -578,10 +579,18 @@ class AdaptivePipeline:
 
     def close(self) -> None:
         """Tear down (also after a failure: no collective here): the progress bar, the log, any
-        competing process, the process group."""
+        competing process, the process groups and this rank's stage (the pipeline trains no more)."""
         if self.publisher is not None:
             self.publisher.close()
         if self.injector is not None:  # a competing process never outlives its stage
             self.injector.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+        # The stage and the mesh still hold the replica's and the stage group's process groups (at D = 1
+        # the pipeline's group is the world). Released here, they are destroyed now, their gloo worker
+        # threads joined while the interpreter is fully alive; left to the interpreter's exit, a worker
+        # still letting go of its last tensor aborts the process ("terminate called without an active
+        # exception": a decref from a C++ thread during finalization, pytorch issue 190489).
+        self.stage = None
+        self.mesh.release()
+        gc.collect()

@@ -94,6 +94,7 @@ def test_a_users_loop_in_a_hybrid_job_trains_like_one_process(tmp_path, processe
     found = torchrun(tmp_path, processes, optimizer, schedule, "dp=2", "short", *moves)
     assert len(found["losses"]) == len(reference)
     assert max(abs(a - b) for a, b in zip(found["losses"], reference, strict=True)) <= 1e-5, (found, reference)
+    assert found["groups_alive_after_close"] == 0  # the replica's and the stage group's too
     # the public partition and split follow every call, each replica held its own stage's layers only
     last_moves = {m.split(":")[1] for m in moves[-2:]}
     assert {",".join(map(str, found["seen"][-1]["boundaries"])), "split=" + ",".join(

@@ -12,8 +12,10 @@ sends everything between ranks through host copies, as the host-staged transport
 
 import json
 import sys
+import weakref
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -87,6 +89,10 @@ def main() -> None:
         losses.append(pipe.train_step(inputs, targets))
         seen.append({"boundaries": list(pipe.boundaries), "split": list(pipe.microbatch_split)})
     pipe.finish()
+    # weak references: a process group alive after close() is destroyed only at the interpreter's exit,
+    # where a gloo worker thread releasing a tensor aborts the process
+    groups = [weakref.ref(g) for g in (pipe.mesh.pp_group, pipe.mesh.dp_group, dist.group.WORLD)]
+    pipe.close()
     if pipe.rank == 0:
         records = [json.loads(line) for line in open(log)]
         resident = [[s["resident_param_bytes"] for replica in r["replicas"] for s in replica["stages"]]
@@ -95,8 +101,8 @@ def main() -> None:
                    "splits": [r["microbatch_split"] for r in records], "seen": seen,
                    "transport": records[0]["run"]["transport"],
                    "comm_ms": [[s["comm_ms"] for replica in r["replicas"] for s in replica["stages"]]
-                               for r in records]}, open(out, "w"))
-    pipe.close()
+                               for r in records],
+                   "groups_alive_after_close": sum(g() is not None for g in groups)}, open(out, "w"))
 
 
 if __name__ == "__main__":
