@@ -205,7 +205,8 @@ class EfficiencyEvalCallback(BaseCallback):
         self.episodes = [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
         self.every_calls = max(config.eval_freq // config.n_envs, 1)
         self.out = out
-        self.env = RepartitionEnv(**{**env_kwargs, "duration_s": config.eval_duration_s})
+        # held-out episodes of one length, whatever lengths training draws: the score is comparable across runs
+        self.env = RepartitionEnv(**{**env_kwargs, "duration_s": config.eval_duration_s, "min_duration_s": None})
         self.best = -np.inf
         self.history: list[tuple[int, float]] = []
 

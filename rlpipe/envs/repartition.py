@@ -12,7 +12,8 @@ Reward: the interval's throughput (stall included) over the throughput of the be
 for the true conditions of the same stretch of time with free migration (the best of the candidates of
 :meth:`~rlpipe.envs.job.SimulatedJob.best` and the partition and split in use); an episode's mean reward
 is the policy's efficiency (1.0: the clairvoyant bound). An invalid action is a no-op with a penalty.
-An episode is one simulated stretch of training time (default one hour); it ends by truncation.
+An episode is one simulated stretch of training time (default one hour; or a length drawn per episode, see
+``EnvConfig.min_duration_s``); it ends by truncation.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class RepartitionEnv(gym.Env):
         efficiency = self.config.interval_iterations / self.job.reference_iterations(self.boundaries, self.split,
                                                                                       start_s, self.time_s)
         observation = self.encoder.observe(stats)
-        truncated = bool(self.time_s >= self.config.duration_s)
+        truncated = bool(self.time_s >= self.situation.duration_s)
         info = self._info(stats, efficiency, penalty > 0)
         return observation, float(efficiency - penalty), False, truncated, info
 
@@ -225,7 +226,7 @@ class FutureView:
 
     @property
     def end_s(self) -> float:
-        return self.env.config.duration_s
+        return self.env.situation.duration_s
 
     def stall_s(self, old: Plan, new: Plan) -> float:
         """The stall of going from one (partition, split) to another now, s."""

@@ -41,7 +41,10 @@ class EnvConfig:
         microbatches: micro-batch counts per iteration to draw from (1F1B draws only M >= S).
         schedules: ``"1f1b"`` / ``"gpipe"`` to draw from.
         scenarios: interference presets or ``trace:FILE.csv`` to draw from.
-        duration_s: simulated training time per episode, s.
+        duration_s: simulated training time per episode, s (the longest, with ``min_duration_s``).
+        min_duration_s: when set, each episode lasts a duration drawn log-uniformly from
+            [``min_duration_s``, ``duration_s``]: short episodes put slowdowns in a run's first intervals,
+            where a live job also meets them, before the observation's history has filled.
         interval_iterations: K, training iterations per decision interval.
         timer_noise: relative standard deviation of the measured times (lognormal), when no
             ``measurement_models`` are given.
@@ -68,6 +71,7 @@ class EnvConfig:
     scenarios: tuple[str, ...] = ("none", "light", "heavy", "bursty", "drift", "periodic", "persistent", "seqlen",
                                   "network", "mixed")
     duration_s: float = 3600.0
+    min_duration_s: float | None = None
     interval_iterations: int = 10
     timer_noise: float = 0.03
     measurement_models: tuple[Any, ...] | None = None
@@ -100,6 +104,9 @@ class EnvConfig:
                              f"{MAX_S_MAX}, got {list(self.data_parallel)}")
         if not 0 < self.duration_s <= MAX_DURATION_S:
             raise InputError(f"env_kwargs: duration_s: must be in (0, {MAX_DURATION_S:g}] s, got {self.duration_s}")
+        if self.min_duration_s is not None and not 0 < self.min_duration_s <= self.duration_s:
+            raise InputError(f"env_kwargs: min_duration_s: must be in (0, duration_s = {self.duration_s:g}] s, "
+                             f"got {self.min_duration_s}")
         if any(m < 1 for m in self.microbatches) or any(not b > 0 for b in self.bandwidth_gbps):
             raise InputError("env_kwargs: microbatches must be >= 1 and bandwidth_gbps > 0")
         low, high = self.migration_overhead_s
@@ -142,6 +149,7 @@ class Situation:
         microbatches: M, each replica's micro-batches at the even split.
         trace: the scenario over the job's D x S devices.
         stage_bias: (D, S) each device's measured over true compute, all episode.
+        duration_s: the episode's simulated training time, s.
     """
 
     profile: LayerProfile
@@ -154,6 +162,7 @@ class Situation:
     measurement: MeasurementModel
     stage_bias: np.ndarray
     replicas: int = 1
+    duration_s: float = 3600.0
 
 
 def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[str, Any],
@@ -180,10 +189,13 @@ def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[st
     replica_choices = cfg.replica_choices()
     replicas = options.get("replicas") or (replica_choices[int(rng.integers(len(replica_choices)))]
                                            if len(replica_choices) > 1 else replica_choices[0])
+    duration_s = cfg.duration_s
+    if cfg.min_duration_s is not None:  # drawn only then: configurations without it keep their episodes' draws
+        duration_s = float(math.exp(rng.uniform(math.log(cfg.min_duration_s), math.log(cfg.duration_s))))
     trace_seed = int(rng.integers(2**31))
     given: InterferenceTrace | None = options.get("trace")
     trace = (given.for_devices(replicas * num_stages) if given is not None
-             else load_scenario(scenario, replicas * num_stages, cfg.duration_s, seed=trace_seed))
+             else load_scenario(scenario, replicas * num_stages, duration_s, seed=trace_seed))
     if math.isinf(bandwidth) and np.any(trace.link_factor < 1):
         bandwidth = CONGESTED_LINKS_GBPS  # a scenario that congests links needs links that cost something
     if timer_models is None:  # no further draws: the plain model keeps earlier episodes' streams
@@ -193,4 +205,5 @@ def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[st
         measurement = timer_models[int(rng.integers(len(timer_models)))]
         stage_bias = measurement.draw_stage_bias(rng, replicas * num_stages).reshape(replicas, num_stages)
     return Situation(profile, num_stages, microbatches, schedule, bandwidth,
-                     MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace, measurement, stage_bias, replicas)
+                     MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace, measurement, stage_bias, replicas,
+                     duration_s)

@@ -54,6 +54,25 @@ def test_episode_is_a_stretch_of_time_and_reward_is_efficiency():
     assert np.allclose(rewards, 1.0)  # the launch partition is optimal without interference
 
 
+def test_episode_lengths_drawn_between_min_and_max_duration():
+    env = RepartitionEnv(duration_s=900, min_duration_s=30, scenarios=("drift",))
+    lengths = []
+    for seed in range(12):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(0)
+            done = terminated or truncated
+        assert env.situation.duration_s <= env.time_s < env.situation.duration_s + info["wall_s"] + 1e-9
+        assert env.situation.trace.duration_s == pytest.approx(env.situation.duration_s)  # the scenario fits the episode
+        lengths.append(env.situation.duration_s)
+    assert 30 <= min(lengths) < 200 and 300 < max(lengths) <= 900  # log-uniform: short and long ones alike
+    # without min_duration_s every episode lasts duration_s, drawn as before (the golden evaluation holds)
+    assert RepartitionEnv(duration_s=900).reset(seed=3)[1]["time_s"] > 0
+    with pytest.raises(Exception, match="min_duration_s"):
+        RepartitionEnv(duration_s=900, min_duration_s=1000)
+
+
 def test_repartition_pays_its_stall_in_that_interval():
     env = RepartitionEnv(duration_s=600, scenarios=("none",), min_stages=4, max_stages=4)
     env.reset(seed=2)
