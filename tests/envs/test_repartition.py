@@ -64,7 +64,7 @@ def test_episode_lengths_drawn_between_min_and_max_duration():
             _, _, terminated, truncated, info = env.step(0)
             done = terminated or truncated
         assert env.situation.duration_s <= env.time_s < env.situation.duration_s + info["wall_s"] + 1e-9
-        assert env.situation.trace.duration_s == pytest.approx(env.situation.duration_s)  # the scenario fits the episode
+        assert env.situation.trace.duration_s == pytest.approx(env.situation.duration_s)  # the scenario fits
         lengths.append(env.situation.duration_s)
     assert 30 <= min(lengths) < 200 and 300 < max(lengths) <= 900  # log-uniform: short and long ones alike
     # without min_duration_s every episode lasts duration_s, drawn as before (the golden evaluation holds)
