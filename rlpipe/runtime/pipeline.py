@@ -179,7 +179,7 @@ class AdaptivePipeline:
     def boundaries(self) -> tuple[int, ...]:
         """The partition in force: the first layer of each stage (the same in every replica)."""
         if self.stage is None:
-            raise ValueError("boundaries: the pipeline is laid out by its first train_step (and closed by close)")
+            raise ValueError("boundaries: the pipeline is laid out by its first train_step (and gone after close)")
         return self.stage.boundaries
 
     @property

@@ -8,6 +8,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import rlpipe  # noqa: F401  (registers the environment)
 from rlpipe.envs import RepartitionEnv
+from rlpipe.errors import InputError
 
 
 def test_registered_and_keyword_options():
@@ -68,8 +69,10 @@ def test_episode_lengths_drawn_between_min_and_max_duration():
         lengths.append(env.situation.duration_s)
     assert 30 <= min(lengths) < 200 and 300 < max(lengths) <= 900  # log-uniform: short and long ones alike
     # without min_duration_s every episode lasts duration_s, drawn as before (the golden evaluation holds)
-    assert RepartitionEnv(duration_s=900).reset(seed=3)[1]["time_s"] > 0
-    with pytest.raises(Exception, match="min_duration_s"):
+    fixed = RepartitionEnv(duration_s=900)
+    assert fixed.reset(seed=3)[1]["time_s"] > 0
+    assert fixed.situation.duration_s == 900 and fixed.situation.trace.duration_s == pytest.approx(900)
+    with pytest.raises(InputError, match="min_duration_s"):
         RepartitionEnv(duration_s=900, min_duration_s=1000)
 
 
