@@ -7,6 +7,7 @@ from rlpipe.agents.heuristics import (
     DynPipePolicy,
     FalconPolicy,
     GreedyPolicy,
+    HindsightPolicy,
     OraclePolicy,
     StaticPolicy,
     ThresholdPolicy,
@@ -15,7 +16,8 @@ from rlpipe.decision import DecisionContext, Policy
 from rlpipe.errors import InputError
 
 HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "threshold": ThresholdPolicy,
-              "falcon": FalconPolicy, "oracle": OraclePolicy}
+              "falcon": FalconPolicy, "oracle": OraclePolicy,
+              "hindsight": HindsightPolicy}
 
 
 FALLBACKS = ("static", "greedy", "dynpipe", "threshold", "falcon")  # what decides when the learned policy cannot
@@ -23,7 +25,7 @@ FALLBACKS = ("static", "greedy", "dynpipe", "threshold", "falcon")  # what decid
 
 def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Policy:
     """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``oracle``,
-    ``ppo`` or ``ppo:PATH``.
+    ``hindsight``, ``ppo`` or ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
@@ -50,4 +52,4 @@ def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Pol
 
 
 __all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "ThresholdPolicy",
-           "FalconPolicy", "OraclePolicy", "make_policy", "HEURISTICS", "FALLBACKS"]
+           "FalconPolicy", "OraclePolicy", "HindsightPolicy", "make_policy", "HEURISTICS", "FALLBACKS"]

@@ -6,6 +6,7 @@
 - :class:`ThresholdPolicy`: the ski-rental rule: re-plan once the lost time pays the stall.
 - :class:`FalconPolicy`: FALCON's escalation for replicated jobs: micro-batches first, then layers.
 - :class:`OraclePolicy`: simulation only; sees the future and prices migrations and rebalances.
+- :class:`HindsightPolicy`: simulation only; the oracle's timing with the learned policy's actions (its teacher).
 
 ``threshold``, ``dynpipe`` and ``greedy`` act on layers only, as their papers do; ``falcon`` and the
 oracle also move micro-batches between data-parallel replicas.
@@ -14,11 +15,14 @@ oracle also move micro-batches between data-parallel replicas.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, LostTime, ObservationEncoder
+
+Plan = tuple[tuple[int, ...], tuple[int, ...]]  # what a job runs: its partition and its micro-batch split
 
 
 @dataclass
@@ -287,19 +291,24 @@ class OraclePolicy(PolicyBase):
     horizon_s: float = 600.0
     max_candidates: int = 8
     max_epochs: int = 40  # longer epochs than an interval when intervals are short: bounded planning cost
+    samples_per_epoch: int = 0  # 0: integrate every change of conditions; k: k instants per epoch (cheaper)
     name: str = "oracle"
     live: bool = field(default=False, init=False)
 
     def reset(self) -> None:
         pass
 
-    def act(self, observation: np.ndarray, mask: np.ndarray,
-            context: DecisionContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        future = context.future
-        if future is None:
-            raise RuntimeError("the oracle policy needs the simulator's future (it cannot run live)")
-        current = (tuple(context.boundaries), tuple(context.split or context.encoder.split))
-        candidates = [current] + [c for c in future.candidates(self.horizon_s, self.max_candidates) if c != current]
+    def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> Plan:
+        current = _running(context)
+        candidates = [current] + [c for c in _future(context).candidates(self.horizon_s, self.max_candidates)
+                                  if c != current]
+        return candidates[int(np.argmax(self.work_if_switched(context, candidates, len(candidates))))]
+
+    def work_if_switched(self, context: DecisionContext, candidates: list[Plan], first_choices: int) -> np.ndarray:
+        """For each of the first ``first_choices`` candidates (``candidates[0]`` the plan running now): the
+        iterations the horizon holds if the job switches to it now (paying the stall) and then follows the
+        best sequence of candidates (the dynamic program). All zero when the run is over."""
+        future = _future(context)
         latest = context.encoder.latest
         assert latest is not None  # a decision always follows an observed interval
         epoch_s = max(latest.wall_s - latest.stall_s, self.horizon_s / self.max_epochs)
@@ -307,18 +316,77 @@ class OraclePolicy(PolicyBase):
         starts = np.arange(future.now_s, end_s, epoch_s)
         starts = starts[starts < end_s - 1e-6]  # no zero-length last epoch
         if len(starts) == 0:
-            return current
+            return np.zeros(first_choices)
         ends = np.append(starts[1:], end_s)
-        # rate[c, e]: iterations per second of candidate c during epoch e
-        rate = np.array([[future.iterations_between(c, a, b) / (b - a) for a, b in zip(starts, ends)]
-                         for c in candidates])
+        rate = self._rates(future, candidates, starts, ends)
         stall = np.array([[future.stall_s(a, b) for b in candidates] for a in candidates])
         lengths = ends - starts
-        value = np.zeros(len(candidates))  # best work from the next epoch on, by partition held
-        first_choice = np.zeros(len(candidates), dtype=int)
-        for epoch in range(len(starts) - 1, -1, -1):
+        value = np.zeros(len(candidates))  # best work from the next epoch on, by plan held
+        for epoch in range(len(starts) - 1, 0, -1):
             # work[a, b]: in epoch ``epoch``, holding a, switch to b (b == a: no stall) and go on
             work = np.maximum(lengths[epoch] - stall, 0.0) * rate[:, epoch][None, :] + value[None, :]
-            first_choice = np.argmax(work, axis=1)
-            value = work[np.arange(len(candidates)), first_choice]
-        return candidates[int(first_choice[0])]
+            value = work.max(axis=1)
+        chosen = slice(0, first_choices)
+        return np.maximum(lengths[0] - stall[0, chosen], 0.0) * rate[chosen, 0] + value[chosen]
+
+    def _rates(self, future: Any, candidates: list[Plan], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """rate[c, e]: iterations per second of candidate c during epoch e: over every change of conditions
+        in the epoch, or (``samples_per_epoch`` > 0) the mean of that many evenly spaced instants."""
+        if not self.samples_per_epoch:
+            return np.array([[future.iterations_between(c, a, b) / (b - a) for a, b in zip(starts, ends)]
+                             for c in candidates])
+        fractions = (np.arange(self.samples_per_epoch) + 0.5) / self.samples_per_epoch
+        instants = starts[:, None] + (ends - starts)[:, None] * fractions[None, :]
+        return np.array([[np.mean([future.iterations_per_s(c, t) for t in row]) for row in instants]
+                         for c in candidates])
+
+
+@dataclass
+class HindsightPolicy(OraclePolicy):
+    """The oracle restricted to the learned policy's own actions (simulation only): of keep, re-plan,
+    rebalance and both, as the observation's estimates would carry them out, the one the true future
+    rewards most (the oracle's dynamic program over the horizon, any plan allowed after this decision).
+
+    It is a teacher, not a yardstick: its timing is clairvoyant (it moves at a slowdown's onset only if
+    the slowdown will last, and holds through bursts), its plans are the ones the learned policy would
+    get. Its defaults plan a shorter horizon than the oracle's, with fewer candidates and the conditions
+    sampled within an epoch, so that labelling training decisions keeps pace.
+    """
+
+    horizon_s: float = 300.0
+    max_candidates: int = 6
+    max_epochs: int = 20
+    samples_per_epoch: int = 3  # conditions that change every second (seqlen) cost 3 rows an epoch, not 15
+    min_gain: float = 0.002  # a move must win this share of the horizon's work: sampled conditions are noisy
+    name: str = "hindsight"
+
+    def act(self, observation: np.ndarray, mask: np.ndarray,  # type: ignore[override]
+            context: DecisionContext) -> int:
+        current = _running(context)
+        targets: dict[int, Plan] = {}  # action -> the plan it leads to, each plan once
+        for action in (REPLAN, REBALANCE, BOTH):
+            target = context.encoder.decode(action, context.boundaries, current[1]) if mask[action] else None
+            if target is not None and target != current and target not in targets.values():
+                targets[action] = target
+        if not targets:
+            return KEEP
+        firsts = [current, *targets.values()]
+        candidates = firsts + [c for c in _future(context).candidates(self.horizon_s, self.max_candidates)
+                               if c not in firsts]
+        work = self.work_if_switched(context, candidates, len(firsts))
+        choice = int(np.argmax(work))
+        if choice == 0 or work[choice] <= work[0] * (1.0 + self.min_gain):
+            return KEEP
+        return list(targets)[choice - 1]
+
+
+def _running(context: DecisionContext) -> Plan:
+    """The partition and split the job runs now."""
+    return tuple(context.boundaries), tuple(context.split or context.encoder.split)
+
+
+def _future(context: DecisionContext) -> Any:
+    """The simulator's view of the true future (:class:`~rlpipe.envs.repartition.FutureView`)."""
+    if context.future is None:
+        raise RuntimeError("a clairvoyant policy needs the simulator's future (it cannot run live)")
+    return context.future

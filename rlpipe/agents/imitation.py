@@ -59,7 +59,8 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
         done = False
         while not done and len(actions) < steps:
             mask = env.action_masks()
-            context = DecisionContext(env.encoder, env.boundaries, split=env.split)
+            # the future: a clairvoyant teacher (hindsight, oracle) reads it; the rules do not
+            context = DecisionContext(env.encoder, env.boundaries, env.future(), env.split)
             action = int(policy.act(observation, mask, context))  # type: ignore[arg-type]
             observations.append(observation)
             masks.append(mask)
@@ -142,12 +143,13 @@ class BehaviourAnchor(BaseCallback):
         batches: minibatches of the cloning loss per rollout.
         learning_rate: the cloning steps' learning rate.
         batch_size: decisions per minibatch.
+        rare_weight: the cloning loss's weight of the teacher's moves (:class:`CloningLoss`).
     """
 
     def __init__(self, demonstrations: Demonstrations, batches: int, learning_rate: float = 1e-4,
-                 batch_size: int = 1024, seed: int = 0):
+                 batch_size: int = 1024, seed: int = 0, rare_weight: float = 5.0):
         super().__init__()
-        self.loss = CloningLoss(demonstrations)
+        self.loss = CloningLoss(demonstrations, rare_weight)
         self.batches, self.learning_rate, self.batch_size = batches, learning_rate, batch_size
         self.generator = torch.Generator().manual_seed(seed)
         self.optimizer: torch.optim.Optimizer | None = None

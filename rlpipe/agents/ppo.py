@@ -70,6 +70,7 @@ class TrainConfig:
     imitation_steps: int = 500_000  # at most; a short run imitates in proportion (imitation_share of its steps)
     imitation_share: float = 0.15
     imitation_epochs: int = 8
+    imitation_rare_weight: float = 5.0  # the cloning loss weighs the teacher's moves (not keep) this many times
     imitation_rounds: int = 0  # DAgger rounds after the cloning: the teacher labels the clone's own states
     imitation_round_steps: int = 100_000  # decisions labelled per round (a short run: in proportion)
     anchor_batches: int = 0  # cloning-loss minibatches on the teacher's decisions after every PPO rollout
@@ -123,7 +124,8 @@ class TrainConfig:
         for name, low, high in (("gamma", 0.0, 1.0), ("gae_lambda", 0.0, 1.0)):
             if not low < getattr(self, name) <= high:
                 raise InputError(f"{source}: {name}: must be in ({low:g}, {high:g}], got {getattr(self, name)}")
-        for name in ("clip_range", "max_grad_norm", "eval_duration_s", "anchor_learning_rate"):
+        for name in ("clip_range", "max_grad_norm", "eval_duration_s", "anchor_learning_rate",
+                     "imitation_rare_weight"):
             if not getattr(self, name) > 0:
                 raise InputError(f"{source}: {name}: must be > 0, got {getattr(self, name)}")
         self._validate_learning_rate(source)
@@ -132,8 +134,9 @@ class TrainConfig:
                              f"is read, got {self.policy_kwargs!r:.80}")
         if self.policy != "MlpPolicy":
             raise InputError(f"{source}: policy: only MlpPolicy fits the flat observation, got {self.policy!r}")
-        if self.imitate is not None and (self.imitate not in HEURISTICS or self.imitate == "oracle"):
-            raise InputError(f"{source}: imitate: a live heuristic to imitate, got {self.imitate!r}")
+        if self.imitate is not None and self.imitate not in HEURISTICS:
+            raise InputError(f"{source}: imitate: a heuristic to imitate ({', '.join(HEURISTICS)}), got "
+                             f"{self.imitate!r}")
         RepartitionEnv(**_env_kwargs(self))  # the environment options: checked where they are known
         return self
 
@@ -274,7 +277,8 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         scorer.score(model)  # the imitated policy is a candidate too: PPO's must beat it to replace it
         if config.anchor_batches:
             callbacks.append(imitation.BehaviourAnchor(demonstrations, config.anchor_batches,
-                                                       config.anchor_learning_rate, seed=config.seed))
+                                                       config.anchor_learning_rate, seed=config.seed,
+                                                       rare_weight=config.imitation_rare_weight))
     rollout = config.n_steps * config.n_envs  # PPO learns in whole rollouts: the run ends on one
     total = -(-config.n_timesteps // rollout) * rollout
     if progress and total != config.n_timesteps:
@@ -320,7 +324,8 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
     if progress:
         print(f"imitation: {decisions:,} decisions of {teacher} ...", flush=True)
     demonstrations = imitation.collect(env_kwargs, teacher, decisions)
-    accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs, seed=config.seed)
+    accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs,
+                               rare_weight=config.imitation_rare_weight, seed=config.seed)
     for round_ in range(1, config.imitation_rounds + 1):
         if progress:
             print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; DAgger round {round_} of "
@@ -329,7 +334,7 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
                                 seed_base=DEMONSTRATION_SEED_BASE + DAGGER_SEED_STRIDE * round_)
         demonstrations = imitation.merge(demonstrations, own)
         accuracy = imitation.clone(model.policy, demonstrations, epochs=max(config.imitation_epochs // 2, 1),
-                                   seed=config.seed + round_)
+                                   rare_weight=config.imitation_rare_weight, seed=config.seed + round_)
     export(model, *_observation_shape(config), out / "imitated", training={"imitated": teacher})
     if progress:
         print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; the critic learns their value "

@@ -234,6 +234,11 @@ class FutureView:
         row = env.situation.trace.index_at(env.time_s)
         return env.planner.change_stall_s(old, new, env.job.mean_ms(new[0], new[1], row))
 
+    def iterations_per_s(self, plan: Plan, time_s: float) -> float:
+        """Iterations per second ``plan`` (partition, split) runs at ``time_s`` under the true conditions."""
+        row = self.env.situation.trace.index_at(time_s)
+        return 1e3 / self.env.job.mean_ms(plan[0], plan[1], row)
+
     def iterations_between(self, plan: Plan, start_s: float, end_s: float) -> float:
         """Iterations ``plan`` (partition, split) would run from ``start_s`` to ``end_s`` under the true
         conditions."""

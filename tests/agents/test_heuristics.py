@@ -6,6 +6,7 @@ from rlpipe.agents import (
     DynPipePolicy,
     FalconPolicy,
     GreedyPolicy,
+    HindsightPolicy,
     OraclePolicy,
     StaticPolicy,
     ThresholdPolicy,
@@ -15,7 +16,7 @@ from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
 from rlpipe.interference import InterferenceTrace
-from rlpipe.observation import KEEP, REBALANCE, REPLAN
+from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN
 
 
 def drive(env, policy, steps):
@@ -108,6 +109,28 @@ def test_threshold_replans_once_the_lost_time_pays_the_stall():
     assert first_replan(cheap) is not None and first_replan(dear) is not None
     assert first_replan(cheap) < first_replan(dear)  # a dearer stall waits for more lost time
     assert REPLAN not in drive(env_with_slowdown(1.02), ThresholdPolicy(), 120)  # below the noise: never
+
+
+def test_hindsight_moves_at_a_lasting_slowdowns_onset_and_holds_through_a_burst():
+    hindsight = drive(env_with_slowdown(2.0), HindsightPolicy(), 120)
+    threshold = drive(env_with_slowdown(2.0), ThresholdPolicy(), 120)
+    assert first_replan(hindsight) is not None and first_replan(threshold) is not None
+    assert first_replan(hindsight) < first_replan(threshold)  # it knows the slowdown lasts: no count to wait for
+    env = env_with_slowdown(2.0, overhead_s=5.0)
+    burst = np.ones((3, 4))
+    burst[1, 2] = 2.0  # device 2 at half speed for 20 s: less than a 5 s stall could win back
+    env.reset(seed=0, options={"trace": InterferenceTrace(np.array([0.0, 60.0, 80.0]), burst, np.ones((3, 3)),
+                                                          3600.0)})
+    assert set(drive(env, HindsightPolicy(), 120)) == {KEEP}
+
+
+def test_hindsight_takes_only_the_learned_policys_actions_and_never_runs_live():
+    env = env_with_slowdown(1.6, replicas=2, device=5, overhead_s=0.5)
+    for action in drive(env, HindsightPolicy(), 80):
+        assert action in (KEEP, REPLAN, REBALANCE, BOTH)
+    assert env.split != (8, 8) or env.boundaries != env.planner.ideal_boundaries  # it acted on the straggler
+    with pytest.raises(InputError, match="simulation only"):
+        make_policy("hindsight", live=True)
 
 
 def test_threshold_does_not_chase_timer_noise():

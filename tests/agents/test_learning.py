@@ -13,6 +13,7 @@ from rlpipe.agents.ppo import TrainConfig, train
 from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
+from rlpipe.observation import KEEP
 from rlpipe.seeds import HELD_OUT_SEED_BASE
 
 # one lasting straggler (1.3-3x, from the first second) in a 4-stage pipeline of one profile
@@ -120,6 +121,14 @@ def test_dagger_labels_the_states_the_learner_reaches():
     assert np.array_equal(own.observations[0], learners.observations[0])
     assert not np.array_equal(own.observations, learners.observations)
     assert all(mask[action] for mask, action in zip(learners.masks, learners.actions))
+
+
+def test_a_clairvoyant_teacher_labels_from_the_simulators_future():
+    """``hindsight`` (the oracle's timing with the learned policy's actions) needs the true future: collect
+    hands it the simulator's view, and it moves on a lasting straggler, every label valid where it was taken."""
+    labelled = collect(STRAGGLER, "hindsight", 300)
+    assert all(mask[action] for mask, action in zip(labelled.masks, labelled.actions))
+    assert (labelled.actions != KEEP).any()
 
 
 def load_artifact_of(model):

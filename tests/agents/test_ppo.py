@@ -106,7 +106,8 @@ def test_config_file_is_validated(tmp_path):
     bad.write_text("rlpipe/Repartition-v0:\n  n_timestep: 5\n")
     with pytest.raises(InputError, match="n_timestep"):
         TrainConfig.from_yaml(bad)
-    for key, value in (("imitation_rounds", "-1"), ("anchor_learning_rate", "0")):
+    for key, value in (("imitation_rounds", "-1"), ("anchor_learning_rate", "0"), ("imitate", "nobody"),
+                       ("imitation_rare_weight", "0")):
         bad.write_text(f"rlpipe/Repartition-v0:\n  {key}: {value}\n")
         with pytest.raises(InputError, match=key):
             TrainConfig.from_yaml(bad)
