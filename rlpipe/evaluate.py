@@ -223,7 +223,7 @@ def plot_timeline(timelines: dict[str, dict[str, Any]], title: str) -> Figure:
     fig, axes = plt.subplots(2 + len(names), 1, figsize=(11, 2.1 * (2 + len(names))), sharex=True)
     minutes = lambda key, timeline: np.array(timeline[key]) / 60  # noqa: E731
     plot_slowdowns(axes[0], minutes("start_s", first), float(minutes("time_s", first)[-1]), np.array(first["slowdown"]),
-                   colours, "injected")
+                   len(colours), "injected")
     axes[0].set_title(title)
     axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="stage's device",
                    title_fontsize=7)

@@ -79,13 +79,16 @@ def mark_repartitions(ax: Any, times: Sequence[float]) -> None:
         ax.axvline(time, label="repartition" if k == 0 else None, **REPARTITION_STYLE)
 
 
-def plot_slowdowns(ax: Any, starts: ArrayLike, end: float, slowdowns: np.ndarray, colours: list, what: str) -> None:
-    """Each device's slowdown, one line per stage: ``slowdowns[i]`` (sampled at the end of interval i)
-    drawn from ``starts[i]`` to the next start (the last to ``end``)."""
+def plot_slowdowns(ax: Any, starts: ArrayLike, end: float, slowdowns: np.ndarray, stages: int, what: str) -> None:
+    """Each device's slowdown, one line per device: ``slowdowns[i]`` (sampled at the end of interval i, device
+    r x ``stages`` + s is replica r's stage s) drawn from ``starts[i]`` to the next start (the last to ``end``)."""
     x = np.append(np.asarray(starts, dtype=float), end)
     values = np.asarray(slowdowns, dtype=float)
     values = np.vstack([values, values[-1]])
-    for device in range(values.shape[1]):
-        ax.step(x, values[:, device], where="post", color=colours[device], lw=1.2, label=f"stage {device}")
+    devices = values.shape[1]
+    colours = stage_colours(devices)
+    for device in range(devices):
+        label = f"stage {device}" if devices <= stages else f"replica {device // stages}, stage {device % stages}"
+        ax.step(x, values[:, device], where="post", color=colours[device], lw=1.2, label=label)
     ax.set_ylabel(f"{what} slowdown\n(x, 1 = undisturbed)")
     ax.set_ylim(bottom=min(0.95, float(values.min()) - 0.05))

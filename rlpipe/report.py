@@ -174,13 +174,8 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]]) -> Figure:
 def _plot_injected(ax: Any, records: list[dict[str, Any]], run: str | None) -> None:
     """One run's injected slowdown of every device (``run``: its name, when several runs are shown)."""
     slowdowns = np.array([r["injected_slowdown"] for r in records])
-    stages = len(records[0]["boundaries"])
-    replicas = slowdowns.shape[1] // stages
-    plot_slowdowns(ax, _interval_starts(records), records[-1]["wall_s"], slowdowns, stage_colours(slowdowns.shape[1]),
+    plot_slowdowns(ax, _interval_starts(records), records[-1]["wall_s"], slowdowns, len(records[0]["boundaries"]),
                    "injected")
-    if replicas > 1:  # device r x S + s: say which replica and stage each line is
-        for line, device in zip(ax.get_lines(), range(slowdowns.shape[1])):
-            line.set_label(f"replica {device // stages}, stage {device % stages}")
     if run is not None:
         ax.set_title(f"injected slowdown in run {run}", fontsize=9, loc="left")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="device", title_fontsize=7)

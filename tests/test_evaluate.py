@@ -29,6 +29,23 @@ def test_evaluate_is_deterministic_and_complete(tmp_path):
     assert any(f.suffix == ".png" and "timeline" in f.name for f in files)
 
 
+def test_a_hybrid_jobs_report_draws_every_devices_slowdown(tmp_path):
+    """With replicas the timeline draws D x S devices' slowdowns, each named by its replica and stage (it
+    once ran out of colours at the first device past the stages)."""
+    from rlpipe.cli import main
+
+    code = main(["evaluate", "--policies", "static,falcon", "--scenarios", "heavy", "--episodes", "1", "--stages", "2",
+                 "--data-parallel", "2", "--duration-s", "300", "--out", str(tmp_path)])
+    assert code == 0 and (tmp_path / "timeline_heavy.png").stat().st_size > 0
+    from rlpipe.evaluate import plot_timeline
+
+    results = evaluate(["static"], ["heavy"], episodes=1, config=EnvConfig(duration_s=300, min_stages=2, max_stages=2,
+                                                                           data_parallel=(2, 2)), progress=False)
+    figure = plot_timeline(results["timelines"]["heavy"], "heavy")
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert labels == ["replica 0, stage 0", "replica 0, stage 1", "replica 1, stage 0", "replica 1, stage 1"]
+
+
 @pytest.mark.slow
 def test_evaluate_command_writes_results(tmp_path):
     trace = tmp_path / "t.csv"
