@@ -347,9 +347,9 @@ class HindsightPolicy(OraclePolicy):
     rebalance and both, as the observation's estimates would carry them out, the one the true future
     rewards most (the oracle's dynamic program over the horizon, any plan allowed after this decision).
 
-    It is a teacher, not a yardstick: its timing is clairvoyant (it moves at a slowdown's onset only if
-    the slowdown will last, and holds through bursts), its plans are the ones the learned policy would
-    get. Its defaults plan a shorter horizon than the oracle's, with fewer candidates and the conditions
+    Its timing is clairvoyant (it moves at a slowdown's onset only if the slowdown will last, and holds
+    through bursts), its plans are the ones the learned policy would get: a teacher (``imitate:
+    hindsight``), and a yardstick of how much of the oracle's lead is timing rather than plans. Its defaults plan a shorter horizon than the oracle's, with fewer candidates and the conditions
     sampled within an epoch, so that labelling training decisions keeps pace.
     """
 
