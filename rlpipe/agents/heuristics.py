@@ -349,8 +349,9 @@ class HindsightPolicy(OraclePolicy):
 
     Its timing is clairvoyant (it moves at a slowdown's onset only if the slowdown will last, and holds
     through bursts), its plans are the ones the learned policy would get: a teacher (``imitate:
-    hindsight``), and a yardstick of how much of the oracle's lead is timing rather than plans. Its defaults plan a shorter horizon than the oracle's, with fewer candidates and the conditions
-    sampled within an epoch, so that labelling training decisions keeps pace.
+    hindsight``), and a yardstick of how much of the oracle's lead is timing rather than plans. Its
+    defaults plan a shorter horizon than the oracle's, with fewer candidates and the conditions sampled
+    within an epoch, so that labelling training decisions keeps pace.
     """
 
     horizon_s: float = 300.0
