@@ -15,14 +15,12 @@ oracle also move micro-batches between data-parallel replicas.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
+from rlpipe.envs.repartition import FutureView, Plan
 from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, LostTime, ObservationEncoder
-
-Plan = tuple[tuple[int, ...], tuple[int, ...]]  # what a job runs: its partition and its micro-batch split
 
 
 @dataclass
@@ -329,7 +327,7 @@ class OraclePolicy(PolicyBase):
         chosen = slice(0, first_choices)
         return np.maximum(lengths[0] - stall[0, chosen], 0.0) * rate[chosen, 0] + value[chosen]
 
-    def _rates(self, future: Any, candidates: list[Plan], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    def _rates(self, future: FutureView, candidates: list[Plan], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """rate[c, e]: iterations per second of candidate c during epoch e: over every change of conditions
         in the epoch, or (``samples_per_epoch`` > 0) the mean of that many evenly spaced instants."""
         if not self.samples_per_epoch:
@@ -386,8 +384,8 @@ def _running(context: DecisionContext) -> Plan:
     return tuple(context.boundaries), tuple(context.split or context.encoder.split)
 
 
-def _future(context: DecisionContext) -> Any:
-    """The simulator's view of the true future (:class:`~rlpipe.envs.repartition.FutureView`)."""
+def _future(context: DecisionContext) -> FutureView:
+    """The simulator's view of the true future."""
     if context.future is None:
         raise RuntimeError("a clairvoyant policy needs the simulator's future (it cannot run live)")
     return context.future
