@@ -100,8 +100,10 @@ class LostTime:
 
     Each interval whose gain (predicted iteration time now over after the action, minus 1) exceeds
     ``max(min_gain, noise_multiple x the noise of the estimates)`` adds its wall time x the share the action
-    would save; an interval below that starts the count again. A rule acts once the count reaches the action's
-    stall; the observation carries the counts of a layer re-plan, of a rebalance and of both together.
+    would save; an interval below that starts the count again, and so does a pause hopping to other devices
+    while the job runs its launch plan (``ObservationEncoder.imbalance_moved``). A rule acts once the count
+    reaches the action's stall; the observation carries the counts of a layer re-plan, of a rebalance and of
+    both together.
 
     Args:
         min_gain: the smallest gain that counts (0.03: 3%).
@@ -225,6 +227,8 @@ class ObservationEncoder:
         self._state = np.zeros(5)  # intervals recorded, iterations since repartition, noise, dispersion, and the
         # fewest intervals behind any device's steady estimate
         self.elevated_iterations = np.zeros(devices)
+        self.imbalance_moved = False  # on the launch plan, the latest interval's disturbed devices replaced the
+        # previous ones: the ski-rental counts start again
         self._steady = np.zeros((2, devices))  # each device's mean load since its last change, and the intervals in it
         self.past_slowdowns: list[float] = []  # how long each ended slowdown lasted, iterations
         self._past_median = 0.0
@@ -349,6 +353,14 @@ class ObservationEncoder:
                                              np.ascontiguousarray(stats.loads.reshape(-1), dtype=np.float64),
                                              float(stats.iterations), float(stats.stall_s), self.history, ended,
                                              np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
+        # A pause hopping from device to device (garbage collection on many devices): the devices disturbed
+        # before have all recovered and others are disturbed now. On the launch plan, what was lost before
+        # was lost to another imbalance, which acting on this one would not have recovered. Away from it the
+        # loss may be the plan's own (fitted to a slowdown that ended), and the count goes on.
+        continuing = self.elevated_iterations > stats.iterations
+        at_launch = tuple(stats.boundaries) == planner.ideal_boundaries and self.split == planner.even
+        self.imbalance_moved = (at_launch and bool(ended.any()) and bool(np.any(self.elevated_iterations > 0))
+                                and not bool(continuing.any()))
         if ended.any():
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
             self._past_median = float(np.median(self.past_slowdowns))
@@ -438,6 +450,9 @@ class ObservationEncoder:
             self.rebalance_lost_time.reset()
             self.both_lost_time.reset()
         self._running = running
+        if self.imbalance_moved:
+            for count in (self.lost_time, self.rebalance_lost_time, self.both_lost_time):
+                count.reset()
         self.lost_time.update(now_ms, replan_ms, noise, stats, targets.replan != stats.boundaries, transient)
         self.rebalance_lost_time.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != self.split, transient)
         self.both_lost_time.update(now_ms, both_ms, noise, stats, targets.both != running, transient)

@@ -196,6 +196,26 @@ def test_ended_slowdowns_teach_how_long_an_imbalance_lasts(planner):
     assert encoder.imbalance_survival() < 0.1
 
 
+def test_a_pause_hopping_to_another_device_starts_the_count_again_on_the_launch_plan(planner):
+    """Time lost to a pause on stage 2 is no reason to act on a pause on stage 0 an interval later; off the
+    launch plan the count goes on (there the loss may be the plan's own, fitted to a slowdown that ended)."""
+    calm_then_hopping = ([1, 1, 1, 1],) * 3 + ([1, 1, 2.0, 1], [2.0, 1, 1, 1])
+    lost = {}
+    for boundaries, hop_seen in ((planner.ideal_boundaries, True), ((0, 3, 8, 12), False)):
+        encoder = ObservationEncoder(planner)
+        lost[boundaries] = []
+        for load in calm_then_hopping:
+            encoder.observe(stats_for(planner, boundaries, load, iterations=10))
+            lost[boundaries].append(encoder.lost_time.lost_s)
+        assert encoder.imbalance_moved == hop_seen
+    before, after = lost[planner.ideal_boundaries][-2:]
+    assert before > 0 and 0 < after < before + after / 2  # on the launch plan: the hop's interval alone counts
+    encoder = ObservationEncoder(planner)
+    for load in calm_then_hopping + ([2.0, 1, 1, 1],):  # the pause on stage 0 lasts: the count goes on
+        encoder.observe(stats_for(planner, planner.ideal_boundaries, load, iterations=10))
+    assert not encoder.imbalance_moved and encoder.lost_time.lost_s > after
+
+
 def test_a_congested_link_is_seen_through_communication_wait():
     planner = Planner(load_profile("cnn16"), 4, "1f1b", 8, bandwidth_gbps=10.0)
     encoder = ObservationEncoder(planner)

@@ -150,8 +150,9 @@ class ThresholdPolicy(PolicyBase):
     them, so a small lasting loss is acted on once it is sure), each interval adds the time it lost. Once
     that reaches the re-plan's stall, the gain has held for ``confirm_intervals`` intervals in a row (one
     noisy interval among many stages is no imbalance; an interval whose conditions changed within it, as
-    its compute's dispersion shows, neither counts nor breaks the run), and the slowdowns this run has seen end say the
-    imbalance is at least ``min_survival`` likely to last as long again (short pauses, such as garbage
+    its compute's dispersion shows, neither counts nor breaks the run; on the launch plan, pauses hopping from
+    device to device start it again: ``ObservationEncoder.imbalance_moved``), and the slowdowns this run has
+    seen end say the imbalance is at least ``min_survival`` likely to last as long again (short pauses, such as garbage
     collection, that always end soon are held through), re-plan. Against a clairvoyant that knows how
     long the imbalance lasts, paying at most the stall twice is the classic 2-competitive bound.
 
@@ -210,6 +211,8 @@ def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationE
     intervals and the imbalance is likely enough to last."""
     now_ms, after_ms, stall_s = figures
     assert encoder.latest is not None
+    if encoder.imbalance_moved:
+        count.reset()
     count.update(now_ms, after_ms, encoder.estimate_noise, encoder.latest, possible, encoder.transient)
     return (possible and count.lost_s >= stall_s and count.held_intervals >= confirm_intervals
             and encoder.imbalance_survival() >= min_survival)
