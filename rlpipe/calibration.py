@@ -22,7 +22,7 @@ from rlpipe.errors import InputError
 from rlpipe.fields import is_number
 from rlpipe.files import read_json
 from rlpipe.profile import LayerCost, LayerProfile
-from rlpipe.runlog import run_headers
+from rlpipe.runlog import run_headers, warmup_extra_s
 from rlpipe.simulator import Overheads, PipelineCosts
 
 OUTLIER_SIGMAS = 4.0  # a log ratio this many robust sigmas from its stage's bias is an outlier
@@ -240,8 +240,7 @@ def _migration_overhead_s(records: list[dict[str, Any]]) -> float | None:
         moved = record.get("repartition")
         if not moved or not moved.get("committed") or not record.get("p2p_gbps") or "repartitions" in record:
             continue
-        warmup_extra_s = max(record.get("warmup_s", 0.0) - record["iteration_ms"] / 1e3, 0.0)
-        extra.append(moved["stall_s"] + warmup_extra_s - moved["bytes_moved"] * 8 / (record["p2p_gbps"] * 1e9))
+        extra.append(moved["stall_s"] + warmup_extra_s(record) - moved["bytes_moved"] * 8 / (record["p2p_gbps"] * 1e9))
     return max(float(np.median(extra)), 0.0) if extra else None
 
 

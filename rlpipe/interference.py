@@ -155,6 +155,16 @@ class InterferenceTrace:
         row = self.index_at(time_s)
         return row, float(self.change_s[row + 1]) if row + 1 < len(self.change_s) else math.inf
 
+    def effective_slowdown(self, start_s: float, end_s: float) -> np.ndarray:
+        """Each device's slowdown over ``[start_s, end_s)`` as a device busy throughout meets it: the span
+        over the nominal work done in it (the time-harmonic mean of its slowdowns); the slowdown at
+        ``start_s`` for an empty span. A 1x device that turns 3x halfway through did 2/3 of the span's
+        work: 1.5x, where the mean of the two, 2x, would predict it a third slower than it ran."""
+        if end_s <= start_s:
+            return self.at(start_s)[0].copy()
+        work_s = sum((until - since) / self.slowdown[row] for row, since, until in self.segments(start_s, end_s))
+        return (end_s - start_s) / work_s
+
     def segments(self, start_s: float, end_s: float) -> Iterator[tuple[int, float, float]]:
         """The stretches of constant conditions that cover ``[start_s, end_s)``: (row, from, until)."""
         time_s = start_s

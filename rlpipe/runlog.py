@@ -28,7 +28,8 @@ REQUIRED_FIELDS = ("iteration", "wall_s", "boundaries", "throughput_samples_s", 
 Number = float  # a finite number (an integer is one too)
 RECORD_FIELDS: dict[str, Any] = {
     "iteration": int, "wall_s": Number, "interval_s": Number, "iteration_ms": Number, "warmup_s": Number,
-    "boundaries": list[int], "throughput_samples_s": Number, "loss": Number | None, "losses": list[Number],
+    "warmup_iterations": int, "boundaries": list[int], "throughput_samples_s": Number, "loss": Number | None,
+    "losses": list[Number],
     "stages": list[dict], "stall_s": Number, "p2p_gbps": Number, "predicted_iteration_ms": Number,
     "predicted_compute_ms": list[Number], "run": dict, "emulation": dict, "injected_slowdown": list[Number],
     "trace_time_s": Number, "decision": dict, "fallbacks": dict, "repartition": dict, "repartitions": list[dict],
@@ -182,3 +183,11 @@ def run_headers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         current = record.get("run", current)
         headers.append(current)
     return headers
+
+
+def warmup_extra_s(record: dict[str, Any]) -> float:
+    """What an interval's warm-up steps (a new stage's first, which infers shapes) took beyond as many
+    ordinary iterations, s: the part of the interval no simulated iteration accounts for. A log from
+    before ``warmup_iterations`` was recorded counts one step when it has warm-up time."""
+    steps = record.get("warmup_iterations", 1 if record.get("warmup_s", 0.0) > 0 else 0)
+    return max(record.get("warmup_s", 0.0) - steps * record.get("iteration_ms", 0.0) / 1e3, 0.0)

@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from rlpipe.errors import InputError
-from rlpipe.interference import PRESETS, colocation_slowdown, generate_scenario, load_scenario, load_trace_csv
+from rlpipe.interference import (
+    PRESETS,
+    InterferenceTrace,
+    colocation_slowdown,
+    generate_scenario,
+    load_scenario,
+    load_trace_csv,
+)
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -48,6 +55,15 @@ def test_drift_degrades_one_device_step_by_step():
     worst = int(np.argmax(trace.slowdown[-1]))
     steps = trace.slowdown[:, worst]
     assert steps[-1] >= 2.0 and np.all(np.diff(steps) >= 0)
+
+
+def test_a_span_across_a_change_weighs_each_side_by_the_work_done_in_it():
+    trace = InterferenceTrace(change_s=np.array([0.0, 10.0]), slowdown=np.array([[1.0, 2.0], [3.0, 2.0]]),
+                              link_factor=np.ones((2, 1)), duration_s=60.0)
+    # 5 s at 1x and 5 s at 3x: 5 + 5/3 s of nominal work in 10 s, so 1.5x (the mean of the two, 2x, is wrong)
+    np.testing.assert_allclose(trace.effective_slowdown(5.0, 15.0), [1.5, 2.0])
+    np.testing.assert_allclose(trace.effective_slowdown(10.0, 30.0), [3.0, 2.0])  # inside one stretch: its own
+    np.testing.assert_allclose(trace.effective_slowdown(12.0, 12.0), [3.0, 2.0])  # an empty span: the instant's
 
 
 def test_trace_csv_round_trip_and_device_fit(tmp_path):

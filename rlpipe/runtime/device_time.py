@@ -85,15 +85,15 @@ class DeviceClock:
             staged_s = self.staging_s - staged_before
             real_s = time.perf_counter() - start - staged_s
             if self.mode == "emulated":
-                slowdown = self.injector.slowdown() if self.injector is not None else 1.0
-                target_s = (self.backward_ms if backward else self.forward_ms) * slowdown / 1e3
+                began, device_s = start + staged_s, (self.backward_ms if backward else self.forward_ms) / 1e3
+                done = self.injector.finish_time(began, device_s) if self.injector is not None else began + device_s
                 self.chunks += 1
-                if real_s > target_s:
+                if real_s > done - began:
                     self.overran += 1
                 else:
-                    self._sleep_until(start + staged_s + target_s)
+                    self._sleep_until(done)
             elif self.injector is not None:
-                self.injector.stretch(real_s)
+                self.injector.stretch(start, real_s)
             self.compute_s += time.perf_counter() - start - staged_s
 
     def _sleep_until(self, deadline: float) -> None:

@@ -2,8 +2,9 @@
 
 The run's elapsed time, times ``time_scale``, is the trace time: with ``time_scale = 12`` a five-
 minute run replays an hour of the scenario. ``throttle`` stretches each forward and backward chunk
-by ``(slowdown - 1) x`` its measured time with a sleep (reproducible); ``colocate`` runs a real
-competing busy loop on the stage's CPU core while the slowdown is on (honest, not exact).
+with a sleep until it would be done on the slowed device (its measured time x the slowdown:
+reproducible); ``colocate`` runs a real competing busy loop on the stage's CPU core while the slowdown
+is on (honest, not exact).
 """
 
 from __future__ import annotations
@@ -45,14 +46,29 @@ class Injector:
     def slowdown(self) -> float:
         return float(self.trace.at(self.trace_time_s())[0][self.device])
 
-    def stretch(self, elapsed_s: float) -> None:
-        """Called after each compute chunk that took ``elapsed_s``: apply the current slowdown."""
-        factor = self.slowdown()
+    def finish_time(self, started: float, work_s: float) -> float:
+        """When a chunk that began at ``started`` (a ``time.perf_counter`` time) and needs ``work_s`` s of
+        undisturbed device time is done on this device, its speed following the trace as the chunk runs:
+        a slowdown that starts or ends inside the chunk slows the part of it that it holds, as the
+        simulator runs an iteration through each stretch of constant conditions at that stretch's rate."""
+        trace_s = (started - self.start) * self.time_scale  # before the run's clock started: its first conditions
+        work_left_s = work_s * self.time_scale  # in trace seconds of undisturbed work
+        row, until = self.trace.span_at(max(trace_s, 0.0))
+        while work_left_s * self.trace.slowdown[row, self.device] > until - trace_s:
+            work_left_s -= (until - trace_s) / self.trace.slowdown[row, self.device]
+            trace_s = until
+            row, until = self.trace.span_at(trace_s)
+        return self.start + (trace_s + work_left_s * self.trace.slowdown[row, self.device]) / self.time_scale
+
+    def stretch(self, started: float, elapsed_s: float) -> None:
+        """Called after each compute chunk that began at ``started`` (a ``time.perf_counter`` time) and
+        took ``elapsed_s``: ``throttle`` sleeps until the chunk would be done on the slowed device."""
         if self.mode == "throttle":
-            if factor > 1.0:
-                time.sleep((factor - 1.0) * elapsed_s)
+            delay_s = self.finish_time(started, elapsed_s) - time.perf_counter()
+            if delay_s > 0:
+                time.sleep(delay_s)
         else:
-            self._colocate(factor > 1.0)
+            self._colocate(self.slowdown() > 1.0)
 
     def _colocate(self, on: bool) -> None:
         if on and self._competitor is None:

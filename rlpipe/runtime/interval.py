@@ -41,10 +41,15 @@ class IntervalMeter:
     conditions: list[tuple[tuple[int, ...], np.ndarray, tuple[int, ...], bool]] = field(default_factory=list)
     warmup_s: float = 0.0
 
+    @property
+    def warmup_iterations(self) -> int:
+        """The interval's warm-up steps."""
+        return sum(1 for *_, warmup in self.conditions if warmup)
+
     def steady_iteration_ms(self) -> float:
         """Mean time of the interval's iterations that were not warm-up steps, ms (all of them when
         every one was)."""
-        warmups = sum(1 for *_, warmup in self.conditions if warmup)
+        warmups = self.warmup_iterations
         if warmups == self.iterations:
             return self.busy_s / self.iterations * 1e3
         return (self.busy_s - self.warmup_s) / (self.iterations - warmups) * 1e3
@@ -150,9 +155,10 @@ def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iterat
 def log_record(stats: IntervalStats, reports: list[StageReport], dims: ParallelDims, losses: list[float],
                elapsed_s: float, meter: IntervalMeter) -> dict[str, Any]:
     """The interval's JSONL record (the controller's decision, injection and prediction are added by
-    the caller). ``iteration_ms`` leaves out warm-up steps (their time is ``warmup_s``); throughput
-    counts everything, stalls and warm-ups included. ``stages`` are the stage groups' most loaded
-    members (the whole pipeline when D = 1); ``replicas[r].stages[s]`` every device's own figures."""
+    the caller). ``iteration_ms`` leaves out warm-up steps (``warmup_iterations`` of them, taking
+    ``warmup_s``); throughput counts everything, stalls and warm-ups included. ``stages`` are the stage
+    groups' most loaded members (the whole pipeline when D = 1); ``replicas[r].stages[s]`` every device's
+    own figures."""
     repartitions = meter.repartitions
     iteration_ms = reports[0].busy_s / meter.iterations * 1e3
     replicas = []
@@ -172,6 +178,7 @@ def log_record(stats: IntervalStats, reports: list[StageReport], dims: ParallelD
         replicas.append({"microbatches": int(row[0].microbatches), "stages": stages})
     record = {"iteration": stats.iteration, "wall_s": elapsed_s, "interval_s": stats.wall_s,
               "iteration_ms": meter.steady_iteration_ms(), "warmup_s": meter.warmup_s,
+              "warmup_iterations": meter.warmup_iterations,
               "boundaries": list(stats.boundaries), "throughput_samples_s": meter.samples / stats.wall_s,
               "loss": float(np.mean(losses)), "losses": losses,
               "stages": [_group_figures(s, replicas) for s in range(dims.stages)],

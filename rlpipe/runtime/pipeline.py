@@ -300,7 +300,7 @@ class AdaptivePipeline:
         key = (plan.split, plan.microbatch_rows)
         warmup = not self.stage.warm or key != self._last_plan  # a new stage infers shapes first
         self._last_plan = key
-        self.meter.conditions.append((self.stage.boundaries, self._injected_slowdown(), plan.split, warmup))
+        trace_start_s = self.injector.trace_time_s() if self.injector is not None else 0.0
         share = plan.replica_rows(self.mesh.replica)
         # the batch enters where tensors between ranks travel: a host-staged stage copies it to its GPU and
         # counts that copy with the others
@@ -316,6 +316,8 @@ class AdaptivePipeline:
         self.meter.warmup_s += elapsed_s if warmup else 0.0
         self.meter.iterations += 1
         self.meter.samples += plan.rows
+        self.meter.conditions.append((self.stage.boundaries, self._injected_slowdown(trace_start_s), plan.split,
+                                      warmup))
         self.iteration += 1
         if self.iteration % self.config.interval == 0 or self.iteration == self.config.total_iterations:
             self.end_interval()
@@ -358,10 +360,13 @@ class AdaptivePipeline:
             raise ValueError(f"train_step: {name}: expected a tensor with a batch dimension, "
                              f"got {type(batch).__name__}")
 
-    def _injected_slowdown(self) -> np.ndarray:
+    def _injected_slowdown(self, trace_start_s: float) -> np.ndarray:
+        """Every device's injected slowdown over the iteration that started at trace time ``trace_start_s``
+        and ends now: the change of conditions inside an iteration counts for the share of it that each
+        side held (a long iteration at a large ``time_scale`` spans minutes of the scenario)."""
         if self.injector is None:
             return np.ones(self.world)
-        return self.injector.trace.at(self.injector.trace_time_s())[0].copy()
+        return self.injector.trace.effective_slowdown(trace_start_s, self.injector.trace_time_s())
 
     def rebalance(self, split: Sequence[int]) -> None:
         """Give replica r ``split[r]`` micro-batches per iteration from the next one on (collective: every
