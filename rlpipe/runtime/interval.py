@@ -137,14 +137,18 @@ def _stage_stats(report: StageReport, iteration_ms: float) -> StageStats:
 def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iteration: int,
                         boundaries: tuple[int, ...], dims: ParallelDims) -> IntervalStats:
     """The StageStats contract from every rank's report (rank 0's meter for time and repartitions).
-    A stage's figures are its stage group's most loaded member's; every device's load is kept."""
+    A stage's figures are its stage group's most loaded member's; every device's load is kept; a stage
+    group's gradient sync is its all-reduce's own time (its shortest member's)."""
     stall_s = sum(r.stall_s for r in meter.repartitions)
     iteration_ms = reports[0].busy_s / meter.iterations * 1e3
     grid = [[reports[dims.rank_of(r, s)] for s in range(dims.stages)] for r in range(dims.replicas)]
     slowest = [max((grid[r][s] for r in range(dims.replicas)), key=lambda report: report.device_load)
                for s in range(dims.stages)]
     loads = np.array([[report.device_load for report in row] for row in grid])
-    sync_ms = np.array([max(grid[r][s].sync_ms for r in range(dims.replicas)) for s in range(dims.stages)])
+    # A stage group's gradient sync is its all-reduce: the member that arrives last waits for nothing but the
+    # collective, the others also wait for it. Their longest (a straggling replica's whole lead) would show a
+    # slowed job as a communication-bound one, where the simulator's sync is the collective alone.
+    sync_ms = np.array([min(grid[r][s].sync_ms for r in range(dims.replicas)) for s in range(dims.stages)])
     return IntervalStats.from_stages(
         iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, boundaries,
         tuple(_stage_stats(report, iteration_ms) for report in slowest),

@@ -134,6 +134,10 @@ def test_rlpipe_run_of_a_hybrid_job_trains_alike_whatever_moves(tmp_path, whole_
     last = records[-1]
     assert len(last["replicas"]) == 2 and all(len(r["stages"]) == 2 for r in last["replicas"])
     assert len(last["sync_ms"]) == 2 and all(ms > 0 for ms in last["sync_ms"])
+    # a stage group's sync is its all-reduce's own time, not the fast replica's wait for the straggler
+    members = [[r["stages"][s]["sync_ms"] for r in last["replicas"]] for s in range(2)]
+    assert last["sync_ms"] == [min(times) for times in members]
+    assert max(members[0]) > 3 * min(members[0])  # the wait is there to be left out
     assert last["injected_slowdown"] == [1.0, 1.0, 3.0, 1.0]
     loads = [[s["device_load"] for s in r["stages"]] for r in last["replicas"]]
     # the straggler shows where it is: 3x slower than the others (whose emulation a busy machine can overrun
