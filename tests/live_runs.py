@@ -3,6 +3,7 @@ the comparison of two runs' training."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -99,9 +100,12 @@ def run_command(*args, timeout=240) -> subprocess.CompletedProcess:
 
 
 def start_run(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """``rlpipe run ARGS`` in the background (to stop or kill its stages), with ``env`` added to ENV."""
+    """``rlpipe run ARGS`` in the background (to stop or kill its stages), with ``env`` added to ENV.
+    SIGINT is set back to its default, as a terminal's foreground job has it: a suite started as a
+    background job (``make test &``) passes SIGINT on ignored, and a Ctrl-C sent then reached no one."""
     return subprocess.Popen([sys.executable, "-m", "rlpipe.cli", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def run_watching_stages(*args, timeout=60) -> tuple[subprocess.CompletedProcess, set[int]]:
