@@ -165,6 +165,17 @@ class InterferenceTrace:
         work_s = sum((until - since) / self.slowdown[row] for row, since, until in self.segments(start_s, end_s))
         return (end_s - start_s) / work_s
 
+    def finish_s(self, device: int, start_s: float, work_s: float) -> float:
+        """When ``work_s`` seconds of undisturbed work begun at ``start_s`` are done on ``device``, each
+        stretch of constant conditions running it at its own slowdown (before 0: the first conditions)."""
+        row, until = self.span_at(max(start_s, 0.0))
+        time_s, work_left_s = start_s, work_s
+        while work_left_s * self.slowdown[row, device] > until - time_s:
+            work_left_s -= (until - time_s) / self.slowdown[row, device]
+            time_s = until
+            row, until = self.span_at(time_s)
+        return time_s + work_left_s * self.slowdown[row, device]
+
     def segments(self, start_s: float, end_s: float) -> Iterator[tuple[int, float, float]]:
         """The stretches of constant conditions that cover ``[start_s, end_s)``: (row, from, until)."""
         time_s = start_s

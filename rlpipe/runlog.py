@@ -29,9 +29,9 @@ Number = float  # a finite number (an integer is one too)
 RECORD_FIELDS: dict[str, Any] = {
     "iteration": int, "wall_s": Number, "interval_s": Number, "iteration_ms": Number, "warmup_s": Number,
     "warmup_iterations": int, "boundaries": list[int], "throughput_samples_s": Number, "loss": Number | None,
-    "losses": list[Number],
-    "stages": list[dict], "stall_s": Number, "p2p_gbps": Number, "predicted_iteration_ms": Number,
-    "predicted_compute_ms": list[Number], "run": dict, "emulation": dict, "injected_slowdown": list[Number],
+    "losses": list[Number], "stages": list[dict], "stall_s": Number, "p2p_gbps": Number,
+    "predicted_iteration_ms": Number, "predicted_compute_ms": list[Number], "run": dict, "emulation": dict,
+    "injected_slowdown": list[Number],
     "trace_time_s": Number, "decision": dict, "fallbacks": dict, "repartition": dict, "repartitions": list[dict],
     "replicas": list[dict], "microbatch_split": list[int], "sync_ms": list[Number], "rebalance": dict,
     "device_time_scale": Number,

@@ -51,14 +51,8 @@ class Injector:
         undisturbed device time is done on this device, its speed following the trace as the chunk runs:
         a slowdown that starts or ends inside the chunk slows the part of it that it holds, as the
         simulator runs an iteration through each stretch of constant conditions at that stretch's rate."""
-        trace_s = (started - self.start) * self.time_scale  # before the run's clock started: its first conditions
-        work_left_s = work_s * self.time_scale  # in trace seconds of undisturbed work
-        row, until = self.trace.span_at(max(trace_s, 0.0))
-        while work_left_s * self.trace.slowdown[row, self.device] > until - trace_s:
-            work_left_s -= (until - trace_s) / self.trace.slowdown[row, self.device]
-            trace_s = until
-            row, until = self.trace.span_at(trace_s)
-        return self.start + (trace_s + work_left_s * self.trace.slowdown[row, self.device]) / self.time_scale
+        trace_s = (started - self.start) * self.time_scale
+        return self.start + self.trace.finish_s(self.device, trace_s, work_s * self.time_scale) / self.time_scale
 
     def stretch(self, started: float, elapsed_s: float) -> None:
         """Called after each compute chunk that began at ``started`` (a ``time.perf_counter`` time) and
