@@ -73,6 +73,7 @@ class TrainConfig:
     imitation_rare_weight: float = 5.0  # the cloning loss weighs the teacher's moves (not keep) this many times
     imitation_rounds: int = 0  # DAgger rounds after the cloning: the teacher labels the clone's own states
     imitation_round_steps: int = 100_000  # decisions labelled per round (a short run: in proportion)
+    imitation_workers: int = 1  # processes labelling the teacher's decisions (episodes in parallel, same labels)
     anchor_batches: int = 0  # cloning-loss minibatches on the teacher's decisions after every PPO rollout
     anchor_learning_rate: float = 1e-4
     critic_warmup_steps: int = 200_000  # the critic learns the cloned actor's values, the actor held still (at
@@ -106,7 +107,7 @@ class TrainConfig:
         """Check every field (types, ranges, the environment options); a problem is one InputError."""
         check_field_types(self, source)
         for name in ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "eval_freq", "eval_episodes",
-                     "imitation_epochs", "checkpoint_freq"):
+                     "imitation_epochs", "imitation_workers", "checkpoint_freq"):
             if getattr(self, name) < 1:
                 raise InputError(f"{source}: {name}: must be >= 1, got {getattr(self, name)}")
         if self.n_envs > MAX_ENVS or self.n_steps * self.n_envs > MAX_ROLLOUT:
@@ -323,7 +324,7 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
     env_kwargs, teacher = _env_kwargs(config), str(config.imitate)
     if progress:
         print(f"imitation: {decisions:,} decisions of {teacher} ...", flush=True)
-    demonstrations = imitation.collect(env_kwargs, teacher, decisions)
+    demonstrations = imitation.collect(env_kwargs, teacher, decisions, workers=config.imitation_workers)
     accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs,
                                rare_weight=config.imitation_rare_weight, seed=config.seed)
     for round_ in range(1, config.imitation_rounds + 1):
@@ -331,7 +332,8 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
             print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; DAgger round {round_} of "
                   f"{config.imitation_rounds}: {per_round:,} of its own decisions labelled ...", flush=True)
         own = imitation.collect(env_kwargs, teacher, per_round, learner=model,
-                                seed_base=DEMONSTRATION_SEED_BASE + DAGGER_SEED_STRIDE * round_)
+                                seed_base=DEMONSTRATION_SEED_BASE + DAGGER_SEED_STRIDE * round_,
+                                workers=config.imitation_workers)
         demonstrations = imitation.merge(demonstrations, own)
         accuracy = imitation.clone(model.policy, demonstrations, epochs=max(config.imitation_epochs // 2, 1),
                                    rare_weight=config.imitation_rare_weight, seed=config.seed + round_)

@@ -123,6 +123,20 @@ def test_dagger_labels_the_states_the_learner_reaches():
     assert all(mask[action] for mask, action in zip(learners.masks, learners.actions))
 
 
+def test_workers_label_the_same_decisions_as_one_process():
+    """Episodes spread over forked workers give the decisions one process gives, in seed order, with a
+    learner driving too (episodes of 1,200 s hold ~150 decisions: 700 spans several, the last cut short)."""
+    from sb3_contrib import MaskablePPO
+
+    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0)
+    for driver in (None, learner):
+        alone = collect(STRAGGLER, "threshold", 700, learner=driver)
+        shared = collect(STRAGGLER, "threshold", 700, learner=driver, workers=2)
+        assert len(alone) == len(shared) == 700
+        for name in ("observations", "masks", "actions"):
+            assert np.array_equal(getattr(alone, name), getattr(shared, name)), name
+
+
 def test_a_clairvoyant_teacher_labels_from_the_simulators_future():
     """``hindsight`` (the oracle's timing with the learned policy's actions) needs the true future: collect
     hands it the simulator's view, and it moves on a lasting straggler, every label valid where it was taken."""
