@@ -1,5 +1,6 @@
 """Environment speed (steps per second, S = 8, one process), end-to-end PPO training speed (the
-shipped config, 2 cores) and policy decision latency. The figures before the speed-up (observation in
+shipped config, 2 cores), the imitation's labelling speed in one and two processes and policy decision
+latency. The figures before the speed-up (observation in
 Python, 4 environments, 10 epochs) stand beside them."""
 
 from __future__ import annotations
@@ -74,11 +75,28 @@ def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False) -> float:
         return timesteps / (time.perf_counter() - start)
 
 
+def imitation_decisions_per_s(teacher: str, workers: int, decisions: int = 20_000) -> float:
+    """Teacher decisions labelled per second in the shipped config's training episodes, in ``workers``
+    processes (``imitation_workers``)."""
+    from pathlib import Path
+
+    from rlpipe.agents.imitation import collect
+    from rlpipe.agents.ppo import TrainConfig, _env_kwargs
+
+    config = TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "ppo.yml")
+    collect(_env_kwargs(config), teacher, 200)  # compile the JIT kernels outside the timing
+    start = time.perf_counter()
+    collect(_env_kwargs(config), teacher, decisions, workers=workers)
+    return decisions / (time.perf_counter() - start)
+
+
 def run() -> dict:
     figures = {"env_steps_per_s_S8": env_steps_per_s(), "env_target_steps_per_s": 10_000,
                "env_steps_per_s_S8_before": 5_269, "ppo_train_steps_per_s": ppo_steps_per_s(),
                "ppo_train_target_steps_per_s": 3_000, "ppo_train_steps_per_s_before": "1,100-1,600",
                "ppo_train_steps_per_s_with_imitation_300k": ppo_steps_per_s(imitate=True)}
+    for workers in (1, 2):
+        figures[f"imitation_falcon_decisions_per_s_workers_{workers}"] = imitation_decisions_per_s("falcon", workers)
     for name in ["static", "greedy", "dynpipe", "threshold", "ppo"]:
         figures[f"decision_latency_ms_{name}"] = decision_latency_ms(name)
     return figures

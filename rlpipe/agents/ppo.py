@@ -116,8 +116,7 @@ class TrainConfig:
         if self.batch_size > self.n_steps * self.n_envs:
             raise InputError(f"{source}: batch_size {self.batch_size}: larger than a rollout "
                              f"(n_steps x n_envs = {self.n_steps * self.n_envs})")
-        if not 0 <= self.imitation_share <= 1:
-            raise InputError(f"{source}: imitation_share: must be in [0, 1], got {self.imitation_share}")
+        self._validate_imitation(source)
         for name in ("imitation_steps", "imitation_rounds", "imitation_round_steps", "anchor_batches",
                      "critic_warmup_steps", "ent_coef", "vf_coef"):
             if getattr(self, name) < 0:
@@ -141,6 +140,13 @@ class TrainConfig:
         RepartitionEnv(**_env_kwargs(self))  # the environment options: checked where they are known
         return self
 
+    def _validate_imitation(self, source: str) -> None:
+        if not 0 <= self.imitation_share <= 1:
+            raise InputError(f"{source}: imitation_share: must be in [0, 1], got {self.imitation_share}")
+        if self.imitation_workers > MAX_WORKERS:
+            raise InputError(f"{source}: imitation_workers: at most {MAX_WORKERS} processes, got "
+                             f"{self.imitation_workers}")
+
     def _validate_learning_rate(self, source: str) -> None:
         rate = self.learning_rate
         if isinstance(rate, str):
@@ -154,6 +160,7 @@ class TrainConfig:
 
 
 MAX_ENVS = 256
+MAX_WORKERS = 64  # imitation's labelling processes
 MAX_ROLLOUT = 10_000_000  # steps per rollout buffer: beyond, memory runs out
 MAX_WIDTH = 65_536
 

@@ -107,7 +107,7 @@ def test_config_file_is_validated(tmp_path):
     with pytest.raises(InputError, match="n_timestep"):
         TrainConfig.from_yaml(bad)
     for key, value in (("imitation_rounds", "-1"), ("anchor_learning_rate", "0"), ("imitate", "nobody"),
-                       ("imitation_rare_weight", "0")):
+                       ("imitation_rare_weight", "0"), ("imitation_workers", "0"), ("imitation_workers", "65")):
         bad.write_text(f"rlpipe/Repartition-v0:\n  {key}: {value}\n")
         with pytest.raises(InputError, match=key):
             TrainConfig.from_yaml(bad)
