@@ -10,7 +10,6 @@ PPO a :class:`BehaviourAnchor` keeps the actor near the teacher's decisions.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import multiprocessing
 from collections.abc import Generator
@@ -76,11 +75,24 @@ def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base:
         for episode in itertools.count():
             yield _episode(env_kwargs, teacher, learner, seed_base + episode)
         return
-    # fork: the learner and the options reach the workers as they are, nothing pickled
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    # forked workers inherit what they label with (a learner need not pickle); a task is only its seed
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_hold_work,
+                                                  initargs=((env_kwargs, teacher, learner),)) as pool:
         for first in itertools.count(0, 2 * workers):
-            seeds = [seed_base + first + i for i in range(2 * workers)]
-            yield from pool.imap(functools.partial(_episode, env_kwargs, teacher, learner), seeds)
+            yield from pool.imap(_episode_of_seed, [seed_base + first + i for i in range(2 * workers)])
+
+
+_work: tuple[dict[str, Any], str, Any] | None = None  # a labelling worker's options, teacher and learner
+
+
+def _hold_work(work: tuple[dict[str, Any], str, Any]) -> None:
+    global _work
+    _work = work
+
+
+def _episode_of_seed(seed: int) -> Demonstrations:
+    assert _work is not None  # set as the worker started
+    return _episode(*_work, seed)
 
 
 def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int) -> Demonstrations:

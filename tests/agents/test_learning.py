@@ -128,7 +128,8 @@ def test_workers_label_the_same_decisions_as_one_process():
     learner driving too (episodes of 1,200 s hold ~150 decisions: 700 spans several, the last cut short)."""
     from sb3_contrib import MaskablePPO
 
-    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0)
+    # a learning-rate schedule, as training passes: a lambda that cannot be pickled to a worker
+    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0, learning_rate=lambda rest: rest * 1e-3)
     for driver in (None, learner):
         alone = collect(STRAGGLER, "threshold", 700, learner=driver)
         shared = collect(STRAGGLER, "threshold", 700, learner=driver, workers=2)
