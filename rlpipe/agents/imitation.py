@@ -10,6 +10,7 @@ PPO a :class:`BehaviourAnchor` keeps the actor near the teacher's decisions.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import multiprocessing
 from collections.abc import Generator
@@ -78,10 +79,17 @@ def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base:
     # forked workers inherit what they label with (a learner need not pickle); a task is only its seed
     with multiprocessing.get_context("fork").Pool(workers, initializer=_hold_work,
                                                   initargs=((env_kwargs, teacher, learner),)) as pool:
-        for first in itertools.count(0, 2 * workers):
-            yield from pool.imap(_episode_of_seed, [seed_base + first + i for i in range(2 * workers)])
+        seeds = itertools.count(seed_base)
+        # episodes run from 4 to 10,000+ decisions: the workers run ahead of the oldest while it finishes
+        pending = collections.deque(pool.apply_async(_episode_of_seed, (next(seeds),))
+                                    for _ in range(LOOKAHEAD * workers))
+        while True:
+            labelled = pending.popleft().get()
+            pending.append(pool.apply_async(_episode_of_seed, (next(seeds),)))
+            yield labelled
 
 
+LOOKAHEAD = 16  # episodes per worker started ahead of the one whose decisions are taken next
 _work: tuple[dict[str, Any], str, Any] | None = None  # a labelling worker's options, teacher and learner
 
 
