@@ -53,7 +53,7 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
     would do in the learner's place.
 
     ``workers`` > 1 runs episodes in that many forked processes (a clairvoyant teacher labels ~300
-    decisions a second, a rule ~2,000); the decisions are the same as one process's, in seed order."""
+    decisions a second, a rule ~1,000); the decisions are the same as one process's, in seed order."""
     parts: list[Demonstrations] = []
     total = 0
     episodes = _episodes(env_kwargs, teacher, learner, seed_base, workers)
@@ -63,10 +63,8 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
         if total >= steps:
             break
     episodes.close()  # stops the worker processes, if any
-    merged = parts[0]
-    for part in parts[1:]:
-        merged = merge(merged, part)
-    return Demonstrations(merged.observations[:steps], merged.masks[:steps], merged.actions[:steps])
+    return Demonstrations(*(np.concatenate([getattr(part, name) for part in parts])[:steps]
+                            for name in ("observations", "masks", "actions")))
 
 
 def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base: int,
