@@ -56,7 +56,7 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
     decisions a second, a rule ~1,000); the decisions are the same as one process's, in seed order."""
     parts: list[Demonstrations] = []
     total = 0
-    episodes = _episodes(env_kwargs, teacher, learner, seed_base, workers)
+    episodes = _episodes(env_kwargs, teacher, learner, seed_base, workers, steps)
     for part in episodes:
         parts.append(part)
         total += len(part)
@@ -67,23 +67,26 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
                             for name in ("observations", "masks", "actions")))
 
 
-def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base: int,
-              workers: int) -> Generator[Demonstrations, None, None]:
-    """Every labelled episode from ``seed_base`` on, in seed order."""
+def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base: int, workers: int,
+              steps: int) -> Generator[Demonstrations, None, None]:
+    """Every labelled episode from ``seed_base`` on, in seed order, none longer than the ``steps`` decisions
+    wanted (one process: than the decisions still wanted)."""
     if workers <= 1:
         for episode in itertools.count():
-            yield _episode(env_kwargs, teacher, learner, seed_base + episode)
+            labelled = _episode(env_kwargs, teacher, learner, seed_base + episode, steps)
+            steps -= len(labelled)
+            yield labelled
         return
     # forked workers inherit what they label with (a learner need not pickle); a task is only its seed
     with multiprocessing.get_context("fork").Pool(workers, initializer=_hold_work,
                                                   initargs=((env_kwargs, teacher, learner),)) as pool:
         seeds = itertools.count(seed_base)
         # episodes run from 4 to 10,000+ decisions: the workers run ahead of the oldest while it finishes
-        pending = collections.deque(pool.apply_async(_episode_of_seed, (next(seeds),))
+        pending = collections.deque(pool.apply_async(_episode_of_seed, (next(seeds), steps))
                                     for _ in range(LOOKAHEAD * workers))
         while True:
             labelled = pending.popleft().get()
-            pending.append(pool.apply_async(_episode_of_seed, (next(seeds),)))
+            pending.append(pool.apply_async(_episode_of_seed, (next(seeds), steps)))
             yield labelled
 
 
@@ -96,13 +99,14 @@ def _hold_work(work: tuple[dict[str, Any], str, Any]) -> None:
     _work = work
 
 
-def _episode_of_seed(seed: int) -> Demonstrations:
+def _episode_of_seed(seed: int, limit: int) -> Demonstrations:
     assert _work is not None  # set as the worker started
-    return _episode(*_work, seed)
+    return _episode(*_work, seed, limit)
 
 
-def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int) -> Demonstrations:
-    """One episode of ``seed``, every decision labelled with ``teacher``'s (see :func:`collect`)."""
+def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int, limit: int) -> Demonstrations:
+    """One episode of ``seed`` (its first ``limit`` decisions), every decision labelled with ``teacher``'s
+    (see :func:`collect`)."""
     env, policy = RepartitionEnv(**env_kwargs), make_policy(teacher)
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
@@ -110,7 +114,7 @@ def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int) 
     observation, _ = env.reset(seed=seed)
     policy.reset()
     done = False
-    while not done:
+    while not done and len(actions) < limit:
         mask = env.action_masks()
         # the future: a clairvoyant teacher (hindsight, oracle) reads it; the rules do not
         context = DecisionContext(env.encoder, env.boundaries, env.future(), env.split)
