@@ -1,16 +1,20 @@
 """Environment speed (steps per second, S = 8, one process), end-to-end PPO training speed (the
 shipped config, 2 cores), the imitation's labelling speed in one and two processes and policy decision
-latency. The figures before the speed-up (observation in
-Python, 4 environments, 10 epochs) stand beside them."""
+latency. The figures before the speed-up (observation in Python, 4 environments, 10 epochs) stand
+beside them."""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.envs import RepartitionEnv
+
+if TYPE_CHECKING:
+    from rlpipe.agents.ppo import TrainConfig
 
 
 def env_steps_per_s(seconds: float = 3.0) -> float:
@@ -53,19 +57,28 @@ def decision_latency_ms(policy_name: str, decisions: int = 2000) -> float:
     return float(np.median(timings) * 1e3)
 
 
+def shipped_config() -> TrainConfig:
+    """configs/ppo.yml, the shipped policy's training config."""
+    from pathlib import Path
+
+    from rlpipe.agents.ppo import TrainConfig
+
+    return TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "ppo.yml")
+
+
 def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False) -> float:
-    """End-to-end MaskablePPO training steps per second with configs/ppo.yml (evaluations left out).
+    """End-to-end MaskablePPO training steps per second with configs/ppo.yml (the periodic evaluations
+    left out; the short scoring at the run's end counts).
     The imitation phase (the teacher's 600,000 steps and behaviour cloning) is a fixed cost paid once
     per training run, so it is left out unless ``imitate``: in a 300,000-step run it would dominate."""
     import tempfile
-    from pathlib import Path
 
     import torch
 
-    from rlpipe.agents.ppo import TrainConfig, train
+    from rlpipe.agents.ppo import train
 
     torch.set_num_threads(1)
-    config = TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "ppo.yml")
+    config = shipped_config()
     config.n_timesteps, config.eval_freq, config.checkpoint_freq = timesteps, 10**12, 10**12
     if not imitate:
         config.imitate = None
@@ -78,15 +91,13 @@ def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False) -> float:
 def imitation_decisions_per_s(teacher: str, workers: int, decisions: int = 60_000) -> float:
     """Teacher decisions labelled per second in the shipped config's training episodes, in ``workers``
     processes (``imitation_workers``)."""
-    from pathlib import Path
-
     from rlpipe.agents.imitation import collect
-    from rlpipe.agents.ppo import TrainConfig, _env_kwargs
+    from rlpipe.agents.ppo import _env_kwargs
 
-    config = TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "ppo.yml")
-    collect(_env_kwargs(config), teacher, 200)  # compile the JIT kernels outside the timing
+    env_kwargs = _env_kwargs(shipped_config())
+    collect(env_kwargs, teacher, 200)  # compile the JIT kernels outside the timing
     start = time.perf_counter()
-    collect(_env_kwargs(config), teacher, decisions, workers=workers)
+    collect(env_kwargs, teacher, decisions, workers=workers)
     return decisions / (time.perf_counter() - start)
 
 

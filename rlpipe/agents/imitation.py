@@ -28,6 +28,8 @@ from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.observation import KEEP
 from rlpipe.seeds import DEMONSTRATION_SEED_BASE
 
+LOOKAHEAD = 16  # episodes per labelling worker started ahead of the one whose decisions are taken next
+
 
 @dataclass
 class Demonstrations:
@@ -63,8 +65,8 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
         if total >= steps:
             break
     episodes.close()  # stops the worker processes, if any
-    return Demonstrations(*(np.concatenate([getattr(part, name) for part in parts])[:steps]
-                            for name in ("observations", "masks", "actions")))
+    merged = merge(*parts)
+    return Demonstrations(merged.observations[:steps], merged.masks[:steps], merged.actions[:steps])
 
 
 def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base: int, workers: int,
@@ -90,7 +92,6 @@ def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base:
             yield labelled
 
 
-LOOKAHEAD = 16  # episodes per worker started ahead of the one whose decisions are taken next
 _work: tuple[dict[str, Any], str, Any] | None = None  # a labelling worker's options, teacher and learner
 
 
@@ -129,11 +130,10 @@ def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int, 
     return Demonstrations(np.array(observations, dtype=np.float32), np.array(masks), np.array(actions))
 
 
-def merge(first: Demonstrations, second: Demonstrations) -> Demonstrations:
-    """Both sets of decisions in one (DAgger's aggregate)."""
-    return Demonstrations(np.concatenate([first.observations, second.observations]),
-                          np.concatenate([first.masks, second.masks]),
-                          np.concatenate([first.actions, second.actions]))
+def merge(*sets: Demonstrations) -> Demonstrations:
+    """Every set of decisions in one, in order (DAgger's aggregate; a collection's episodes)."""
+    return Demonstrations(np.concatenate([d.observations for d in sets]), np.concatenate([d.masks for d in sets]),
+                          np.concatenate([d.actions for d in sets]))
 
 
 def actor_logits(policy: Any, observations: torch.Tensor) -> torch.Tensor:
