@@ -8,8 +8,12 @@ window, side by side in one run, for one pipeline and for a hybrid job.
   job's 4 devices (device r x 2 + s is replica r's stage s): a short burst on one device, then a lasting
   straggler in one replica.
 
-Every run emulates the same devices (one profile measured once, one device-time scale) for the same
-wall time (``--duration-s``), so every run meets the same stretch of its scenario whatever its speed.
+Every run of a setup emulates the same devices (one profile measured once, one device-time scale) for the
+same wall time (``--duration-s``), so every run meets the same stretch of its scenario whatever its speed.
+That wall time is sized on this machine, per setup, so that a run holds ``CALM_ITERATIONS`` iterations
+without interference: a machine twice as slow runs twice as long, and every policy gets the same number of
+decisions to act on a slowdown on any machine (a fixed 40 s held 25-34 iterations of one pipeline on one
+machine and 13-15 of the hybrid job on a slower one, too few for any rule to earn back a move).
 Each run's throughput is set beside the simulator's prediction for the same run (its partitions,
 splits, injected slowdowns and stalls), so that the live ranking of policies can be held against the
 simulated one. Differences inside the run-to-run spread are ties. Last, the same static run without
@@ -34,11 +38,12 @@ from rlpipe.simulator import Overheads
 
 POLICIES = ["static", "greedy", "dynpipe", "threshold", "falcon", "ppo"]
 REPEATS = 3
-DURATION_S = 40.0  # each run's wall time: 42 runs (with start-up) in ~35 minutes on 2 cores
+CALM_ITERATIONS = 40  # iterations a run holds without interference (its wall time is sized to it, per setup)
+SIZING_S = 20.0  # the wall time of the calm static run that measures a setup's speed
 PAIRS, PAIR_DURATION_S = 5, 20.0
 MICROBATCHES, BATCH = 4, 16
-INTERVAL = 2  # iterations between decisions: a 40 s run holds ~25 iterations (15 hybrid), and at a decision every
-# 10 no policy had intervals enough after the straggler to act on it (measured: every rule tied static)
+INTERVAL = 2  # iterations between decisions: at a decision every 10, runs of ~25 iterations left no policy
+# intervals enough after the straggler to act on it (measured: every rule tied static)
 MODEL = ["--model", "transformer", "--layers", "12", "--schedule", "1f1b", "--interval", str(INTERVAL), "--seed", "3",
          "--device-time", "emulated", "--inject", "throttle"]
 SETUPS = {  # name: (layout arguments, processes, {window: policies})
@@ -64,13 +69,21 @@ def simulated_samples_s(records: list[dict]) -> float:
 
 
 def one_run(root: Path, tmp: Path, profile: Path, layout: list[str], window: str, policy: str, name: str,
-            scale: float, duration_s: float = DURATION_S) -> dict:
+            scale: float, duration_s: float) -> dict:
     log = tmp / f"{name}.jsonl"
     subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *MODEL, *layout, "--duration-s", f"{duration_s:g}",
                     "--profile", str(profile), "--device-time-scale", f"{scale:g}", "--interference", window,
                     "--time-scale", f"{3600.0 / duration_s:g}", "--policy", policy, "--log", str(log)],
                    check=True, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return figures_of(log)
+
+
+def sized_duration_s(root: Path, tmp: Path, profile: Path, setup: str, scale: float) -> tuple[float, float]:
+    """The wall time, s, in which a setup's calm static run holds ``CALM_ITERATIONS`` iterations on this
+    machine, from one calm static run of ``SIZING_S`` (its iterations over its measured intervals' time, so
+    that start-up does not count); returns it and the measured iterations per second."""
+    sizing = one_run(root, tmp, profile, SETUPS[setup][0], "none", "static", f"{setup}-sizing", scale, SIZING_S)
+    return CALM_ITERATIONS / sizing["iterations_per_s"], sizing["iterations_per_s"]
 
 
 def repeatability(root: Path, tmp: Path, profile: Path, scale: float) -> dict:
@@ -88,6 +101,7 @@ def figures_of(log: Path) -> dict:
     seconds = sum(r["interval_s"] for r in records)
     chunks = sum(r["emulation"]["chunks"] for r in records)
     return {"live_samples_s": sum(r["throughput_samples_s"] * r["interval_s"] for r in records) / seconds,
+            "iterations_per_s": sum(len(r["losses"]) for r in records) / seconds,
             "sim_samples_s": simulated_samples_s(records), "iterations": records[-1]["iteration"],
             "repartitions": sum(1 for r in records if "repartition" in r and r["repartition"]["committed"]),
             "rebalances": sum(1 for r in records if "rebalance" in r),
@@ -138,7 +152,7 @@ def run() -> dict:
     unknown = sorted(set(chosen) - set(SETUPS))
     if unknown:
         raise SystemExit(f"RLPIPE_BENCH_LIVE_SETUPS: {', '.join(unknown)}: none of {', '.join(SETUPS)}")
-    results: dict = {"policies": POLICIES, "repeats": REPEATS, "duration_s": DURATION_S, "cores": cores,
+    results: dict = {"policies": POLICIES, "repeats": REPEATS, "calm_iterations": CALM_ITERATIONS, "cores": cores,
                      "setups": {}}
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
@@ -149,14 +163,17 @@ def run() -> dict:
         for setup in chosen:
             layout, processes, windows = SETUPS[setup]
             scale = comparison_scale(processes, cores)  # one scale for every run of the setup
-            found: dict = {"device_time_scale": scale, "processes": processes, "windows": {}}
+            duration_s, calm_rate = sized_duration_s(root, tmp, profile, setup, scale)
+            print(f"  {setup}: {calm_rate:.2f} calm iterations/s: runs of {duration_s:.0f} s", flush=True)
+            found: dict = {"device_time_scale": scale, "processes": processes, "duration_s": duration_s,
+                           "calm_iterations_per_s": calm_rate, "windows": {}}
             for window, policies in windows.items():
                 runs: dict[str, list[dict]] = {policy: [] for policy in policies}
                 for repeat in range(REPEATS):  # interleaved, so that a slow spell of the machine hits all alike
                     for policy in policies:
                         print(f"  {setup} {window} {policy} #{repeat + 1}", flush=True)
                         runs[policy].append(one_run(root, tmp, profile, layout, window, policy,
-                                                    f"{setup}-{window}-{policy}-{repeat}", scale))
+                                                    f"{setup}-{window}-{policy}-{repeat}", scale, duration_s))
                 table = summarise(runs)
                 agree, disagreements = rankings_agree(table)
                 found["windows"][window] = {"table": table, "runs": runs, "rankings_agree": agree,
@@ -200,8 +217,10 @@ def to_markdown(results: dict) -> str:
     for setup, found in results["setups"].items():
         lines += [f"**{setup}**: live, device time emulated, {found['processes']} stage processes on "
                   f"{results['cores']} cores ({found['processes'] / results['cores']:g} per core), device-time scale "
-                  f"x{found['device_time_scale']:g} for every run, {results['duration_s']:g} s of wall time a run "
-                  f"(the scenario's hour stretched over it), {results['repeats']} repeats a policy, interleaved (mean, "
+                  f"x{found['device_time_scale']:g} for every run, {found['duration_s']:.0f} s of wall time a run "
+                  f"(the scenario's hour stretched over it; sized to hold {results['calm_iterations']} iterations "
+                  f"without interference at the {found['calm_iterations_per_s']:.2f} iterations/s measured), "
+                  f"{results['repeats']} repeats a policy, interleaved (mean, "
                   "and spread = max - min); the simulated column is the simulator's prediction for the same runs.",
                   ""]
         for window, block in found["windows"].items():
