@@ -1,7 +1,7 @@
 """Environment speed (steps per second, S = 8, one process), end-to-end PPO training speed (the
-shipped config, 2 cores), the imitation's labelling speed in one and two processes and policy decision
-latency. The figures before the speed-up (observation in Python, 4 environments, 10 epochs) stand
-beside them."""
+shipped config, 2 cores; its 16 environments stepped in one process and each in its own, side by side), the
+imitation's labelling speed in one and two processes and policy decision latency. The figures
+before the speed-up (observation in Python, 4 environments, 10 epochs) stand beside them."""
 
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ def shipped_config() -> TrainConfig:
     return TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "ppo.yml")
 
 
-def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False) -> float:
+def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False, vec_env: str | None = None) -> float:
     """End-to-end MaskablePPO training steps per second with configs/ppo.yml (the periodic evaluations
-    left out; the short scoring at the run's end counts).
+    left out; the short scoring at the run's end counts), its environments stepped as ``vec_env`` says
+    (dummy or subproc; None: as the config says).
     The imitation phase (the teacher's 600,000 steps and behaviour cloning) is a fixed cost paid once
     per training run, so it is left out unless ``imitate``: in a 300,000-step run it would dominate."""
     import tempfile
@@ -82,6 +83,7 @@ def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False) -> float:
     config.n_timesteps, config.eval_freq, config.checkpoint_freq = timesteps, 10**12, 10**12
     if not imitate:
         config.imitate = None
+    config.vec_env = vec_env or config.vec_env
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         train(config, out, progress=False)
@@ -102,9 +104,13 @@ def imitation_decisions_per_s(teacher: str, workers: int, decisions: int = 60_00
 
 
 def run() -> dict:
+    # side by side: the 16 environments stepped in turn in this process, and each in its own
+    by_vec_env = {kind: ppo_steps_per_s(vec_env=kind) for kind in ("dummy", "subproc")}
     figures = {"env_steps_per_s_S8": env_steps_per_s(), "env_target_steps_per_s": 10_000,
-               "env_steps_per_s_S8_before": 5_269, "ppo_train_steps_per_s": ppo_steps_per_s(),
+               "env_steps_per_s_S8_before": 5_269, "ppo_train_steps_per_s": by_vec_env[shipped_config().vec_env],
                "ppo_train_target_steps_per_s": 3_000, "ppo_train_steps_per_s_before": "1,100-1,600",
+               **{f"ppo_train_steps_per_s_vec_env_{kind}": rate for kind, rate in by_vec_env.items()},
+               "ppo_train_subproc_over_dummy": by_vec_env["subproc"] / by_vec_env["dummy"],
                # a 100,000-step run imitates 40,000 decisions, 3 DAgger rounds of 13,333, 20,000 critic steps
                "ppo_train_steps_per_s_with_imitation_100k": ppo_steps_per_s(100_000, imitate=True)}
     for workers in (1, 2):

@@ -1,6 +1,6 @@
 """Run every benchmark side by side in one process and write bench/results.{json,md}.
 
-Usage: ``python -m bench.run_all [--only NAME ...]`` (``make bench`` runs them all, ~20 minutes).
+Usage: ``python -m bench.run_all [--only NAME ...]`` (``make bench`` runs them all, about two hours on 2 cores).
 """
 
 from __future__ import annotations

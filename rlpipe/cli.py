@@ -212,6 +212,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         config.n_timesteps = args.timesteps
     if args.n_envs is not None:
         config.n_envs = args.n_envs
+    if args.vec_env is not None:
+        config.vec_env = args.vec_env
     if args.seed is not None:
         config.seed = args.seed
     if args.scenarios:
@@ -426,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
+    p.add_argument("--vec-env", choices=["dummy", "subproc"], help="where the environments step: in turn in this "
+                   "process (dummy), or each in its own (subproc: the same steps, for a core per environment); "
+                   "overrides the config")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
     p.add_argument("--calibration", help="a fit from rlpipe calibrate: its measurement model (noise, outliers, "
                    "stage biases, overheads) joins the timer models training draws from")

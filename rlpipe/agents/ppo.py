@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 
 from rlpipe import ENV_ID
 from rlpipe.agents import HEURISTICS, imitation
@@ -49,6 +52,8 @@ class TrainConfig:
 
     n_timesteps: int = 1_000_000
     n_envs: int = 4
+    vec_env: str = "dummy"  # "dummy": the environments step in turn in this process; "subproc": each in its own
+    # process (SB3's SubprocVecEnv: the same steps; for a machine with a core per environment)
     seed: int = 1
     policy: str = "MlpPolicy"
     learning_rate: float | str = 3e-4  # or "lin_3e-4": decays linearly to 0
@@ -117,6 +122,7 @@ class TrainConfig:
             raise InputError(f"{source}: batch_size {self.batch_size}: larger than a rollout "
                              f"(n_steps x n_envs = {self.n_steps * self.n_envs})")
         self._validate_imitation(source)
+        self._validate_workers(source)
         for name in ("imitation_steps", "imitation_rounds", "imitation_round_steps", "anchor_batches",
                      "critic_warmup_steps", "ent_coef", "vf_coef"):
             if getattr(self, name) < 0:
@@ -143,9 +149,16 @@ class TrainConfig:
     def _validate_imitation(self, source: str) -> None:
         if not 0 <= self.imitation_share <= 1:
             raise InputError(f"{source}: imitation_share: must be in [0, 1], got {self.imitation_share}")
+
+    def _validate_workers(self, source: str) -> None:
         if self.imitation_workers > MAX_WORKERS:
             raise InputError(f"{source}: imitation_workers: at most {MAX_WORKERS} processes, got "
                              f"{self.imitation_workers}")
+        if self.vec_env not in ("dummy", "subproc"):
+            raise InputError(f"{source}: vec_env: dummy or subproc, got {self.vec_env!r}")
+        if self.vec_env == "subproc" and self.n_envs > MAX_WORKERS:
+            raise InputError(f"{source}: vec_env subproc: a process per environment, at most {MAX_WORKERS}, got "
+                             f"n_envs {self.n_envs}")
 
     def _validate_learning_rate(self, source: str) -> None:
         rate = self.learning_rate
@@ -191,10 +204,22 @@ def _env_kwargs(config: TrainConfig) -> dict[str, Any]:
 
 
 def _make_vec_env(config: TrainConfig, n_envs: int, seed: int) -> VecEnv:
+    """``n_envs`` seeded training environments, stepped in this process or each in its own (``vec_env``)."""
     env_kwargs = _env_kwargs(config)
-    vec = DummyVecEnv([lambda: Monitor(RepartitionEnv(**env_kwargs)) for _ in range(n_envs)])
+    makers: list[Callable[[], gym.Env]] = [lambda: Monitor(RepartitionEnv(**env_kwargs)) for _ in range(n_envs)]
+    # forked, the processes start with everything imported (the environments never use torch)
+    vec = DummyVecEnv(makers) if config.vec_env == "dummy" else Float32SubprocVecEnv(makers, start_method="fork")
     vec.seed(seed)
     return vec
+
+
+class Float32SubprocVecEnv(SubprocVecEnv):
+    """SB3's SubprocVecEnv with DummyVecEnv's float32 rewards, so that a run trains the same either way (the
+    reward normalisation's running statistics would otherwise part in the last digits)."""
+
+    def step_wait(self) -> VecEnvStepReturn:
+        observations, rewards, dones, infos = super().step_wait()
+        return observations, rewards.astype(np.float32), dones, infos
 
 
 class EfficiencyEvalCallback(BaseCallback):
@@ -297,6 +322,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
                     tb_log_name="ppo")
     finally:  # an interrupted run keeps what it learned
         model.save(out / "final_model.zip")
+        train_env.close()  # the environments' processes end with the run
         checkpoints = out / "checkpoints"
         if checkpoints.is_dir() and not any(checkpoints.iterdir()):  # a run shorter than checkpoint_freq
             checkpoints.rmdir()
