@@ -12,8 +12,8 @@ Every run of a setup emulates the same devices (one profile measured once, one d
 same wall time (``--duration-s``), so every run meets the same stretch of its scenario whatever its speed.
 That wall time is sized on this machine, per setup, so that a run holds ``CALM_ITERATIONS`` iterations
 without interference: a machine twice as slow runs twice as long, and every policy gets the same number of
-decisions to act on a slowdown on any machine (a fixed 40 s held 25-34 iterations of one pipeline on one
-machine and 13-15 of the hybrid job on a slower one, too few for any rule to earn back a move).
+decisions to act on a slowdown on any machine (a fixed 40 s held 13-15 iterations of the hybrid job on a
+2-core machine where an earlier, faster one held 25-28 of one pipeline: too few for any rule to earn a move back).
 Each run's throughput is set beside the simulator's prediction for the same run (its partitions,
 splits, injected slowdowns and stalls), so that the live ranking of policies can be held against the
 simulated one. Differences inside the run-to-run spread are ties. Last, the same static run without
