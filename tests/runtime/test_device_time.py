@@ -128,8 +128,9 @@ def test_an_interval_that_a_slowdown_starts_or_ends_inside_is_predicted_for_the_
     this machine: 5-10%; read at the iteration's start it was 0.50x and 1.57x)."""
     (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n90,1,4.0\n190,1,1.0\n")
     records, _ = run(tmp_path, "straddle", "--stages", "2", "--microbatches", "4", "--batch", "16",
-                     "--iterations", "14", "--interval", "1", "--device-time", "emulated",
+                     "--duration-s", "12", "--interval", "1", "--device-time", "emulated",
                      "--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "20")
+    # 12 s of wall time are 240 s of the trace on any machine (a fixed 14 iterations met 124 s on a fast one)
     straddling = [r for r in records if 1.0 < r["injected_slowdown"][1] < 4.0]
     assert straddling and records[-1]["trace_time_s"] > 190.0  # the run met both changes, one inside an iteration
     ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in straddling])
