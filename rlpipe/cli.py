@@ -428,9 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
-    p.add_argument("--vec-env", choices=["dummy", "subproc"], help="where the environments step: in turn in this "
-                   "process (dummy), or each in its own (subproc: the same steps, for a core per environment); "
-                   "overrides the config")
+    p.add_argument("--vec-env", help="where the environments step: dummy (in turn in this process) or subproc "
+                   "(each in its own: the same steps, for a core per environment); overrides the config")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
     p.add_argument("--calibration", help="a fit from rlpipe calibrate: its measurement model (noise, outliers, "
                    "stage biases, overheads) joins the timer models training draws from")

@@ -63,6 +63,7 @@ def test_scenario_writes_a_replayable_trace(tmp_path):
     (["scenario", "--name", "stormy", "--devices", "2", "-o", "x.csv"], "stormy"),
     (["profile", "--model", "nowhere.mod:fn", "-o", "x.json"], "cannot import"),
     (["partition", "--profile", "transformer16", "--stages", "4", "--memory-gb", "0.001"], "memory"),
+    (["train", "--vec-env", "threads", "--out", "out"], "vec_env: dummy or subproc"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     result = rlpipe(*args, cwd=tmp_path)
