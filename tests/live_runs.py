@@ -33,36 +33,27 @@ def free_core_share(cores: int, seconds: float = 1.0) -> float:
         return min(pool.map(_spin, [seconds] * cores))
 
 
-class MachineSpeed:
-    """One core's speed while the ``with`` block runs: the median of short samples (20 ms of 256 x 256
-    matrix products, one every 0.5 s: 4% of a core), in products per second (``median`` after the block).
-    On a shared virtual machine it moves by a third from one minute to the next with nothing else running
-    here (another tenant of the host)."""
+def _products_per_s(seconds: float) -> float:
+    """One core's speed: 256 x 256 matrix products per second, in one thread, for ``seconds``."""
+    torch.set_num_threads(1)
+    matrix, start, products = torch.randn(256, 256), time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        matrix @ matrix
+        products += 1
+    return products / (time.perf_counter() - start)
 
-    def __enter__(self) -> "MachineSpeed":
-        import threading
 
-        self._stop, self.samples = threading.Event(), []
-        self._threads = torch.get_num_threads()  # process-wide: the sampler's 1 is given back at the end
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
+def core_speed(cores: int, seconds: float = 1.0) -> float:
+    """The machine's speed now: the mean over ``cores`` processes, one a core, each timing matrix products
+    for ``seconds`` (products per second). Measured with nothing else of the test running, since a sampler
+    beside a live run measures how much CPU the run leaves free, which moves with its partition (a 3 / 5
+    split of layers left it 1.3x more than 4 / 4). On a shared virtual machine it moves by a third from
+    one minute to the next with nothing else running here (another tenant of the host)."""
+    import multiprocessing
 
-    def _sample(self) -> None:
-        matrix = torch.randn(256, 256)
-        torch.set_num_threads(1)
-        while not self._stop.wait(0.5):
-            start, products = time.perf_counter(), 0
-            while time.perf_counter() - start < 0.02:
-                matrix @ matrix
-                products += 1
-            self.samples.append(products / (time.perf_counter() - start))
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        torch.set_num_threads(self._threads)
-        self.median = sorted(self.samples)[len(self.samples) // 2] if self.samples else float("nan")
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        speeds = pool.map(_products_per_s, [seconds] * cores)
+    return sum(speeds) / cores
 
 
 class ForeignCpu:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_runs import ENV, ForeignCpu, MachineSpeed, free_core_share
+from live_runs import ENV, ForeignCpu, core_speed, free_core_share
 
 from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.interference import InterferenceTrace
@@ -145,25 +145,35 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     Nothing here is emulated: the prediction cannot match by construction. Real device time measures
     whatever else runs on the machine, so the test needs its cores to itself, and says so (a skip) when
     another busy process shared them: before it starts, and during each run (a neighbour that started
-    while the fits ran made the judged run 12% faster than predicted); and likewise when the machine's own
-    speed moved between runs (a shared virtual machine's core ran 1,580 and 2,400 products/s a minute
-    apart with nothing else running here: no calibration on other runs can predict that)."""
+    while the fits ran made the judged run 12% faster than predicted). Likewise when the machine's own
+    speed moved, which a shared virtual machine's does with nothing else running here (another tenant of
+    the host), and no calibration on other runs can predict: between runs (its cores measured alone
+    before and after each; the two fits, alike but for the data, 12% apart in iteration time) or
+    within one (a CI run's intervals, one configuration throughout, 0.87x to 1.28x its prediction).
+    Without those, the prediction's error here is 5-7% (the profile's per-layer times, summed for a
+    stage, are a few percent off what the stage takes beside another)."""
     share = free_core_share(2)
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
     common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
-    speeds = []
+    speeds, medians = [], []
 
     def run_alone(name, *args):
-        with ForeignCpu() as foreign, MachineSpeed() as speed:
+        before = core_speed(2)
+        with ForeignCpu() as foreign:
             records, _ = run(tmp_path, name, *common, *args)
-        speeds.append(speed.median)
+        speeds.append((before + core_speed(2)) / 2)
         if foreign.cores > 0.15:
             pytest.skip(f"real device time needs 2 free cores: other processes took {foreign.cores:.2f} of a "
                         f"core during the {name} run")
-        if max(speeds) > 1.25 * min(speeds):  # a switch of the host (medians within one vary by ~10%)
-            pytest.skip(f"real device time needs a machine that keeps its speed: a core ran {min(speeds):.0f} to "
-                        f"{max(speeds):.0f} matrix products/s (medians over runs)")
+        low, median, high = np.quantile([r["iteration_ms"] for r in records[1:]], [0.1, 0.5, 0.9])  # past warm-up
+        if high > 1.15 * low:  # 1.04-1.09 where the machine kept its speed
+            pytest.skip(f"real device time needs a machine that keeps its speed: the {name} run's intervals, "
+                        f"one configuration throughout, took {low:.0f} to {high:.0f} ms (10th to 90th percentile)")
+        medians.append(median)
+        if max(speeds) > 1.06 * min(speeds):  # runs 1-5% apart where it kept its speed
+            pytest.skip(f"real device time needs a machine that keeps its speed: its cores ran {min(speeds):.0f} "
+                        f"to {max(speeds):.0f} matrix products/s between runs")
         return records
 
     fitted = []
@@ -171,6 +181,9 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
         records = run_alone(f"fit{seed}", "--seed", str(seed))
         assert records[0]["run"]["device_time"] == "real" and not records[0]["run"]["oversubscribed"]
         fitted.append(tmp_path / f"fit{seed}.jsonl")
+    if max(medians) > 1.05 * min(medians):  # the same runs but for their data
+        pytest.skip(f"real device time needs a machine that keeps its speed: two fits alike but for their data "
+                    f"took {min(medians):.0f} and {max(medians):.0f} ms an iteration")
     calibration = tmp_path / "calibration.json"
     result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "calibrate", *map(str, fitted), "-o",
                              str(calibration)], capture_output=True, text=True, timeout=120, env=ENV)
