@@ -366,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=None, help="number of layers of a built-in model (default 8)")
     p.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per iteration (default 8)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per layer; the median is kept (default 5)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed runs per layer in each of 3 passes over the model: a pass keeps the median, "
+                        "the profile the least over the passes (default 5)")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
 
     p = add("partition", cmd_partition, "The contiguous partition that minimises the bottleneck stage time.")

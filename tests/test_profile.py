@@ -1,7 +1,9 @@
 import json
+import time
 
 import numpy as np
 import pytest
+import torch
 
 from rlpipe.errors import InputError
 from rlpipe.models import load_model
@@ -74,3 +76,29 @@ def test_non_finite_time_is_refused(tmp_path):
 def test_unknown_profile_name_lists_the_shipped_ones():
     with pytest.raises(InputError, match="transformer16"):
         load_profile("no-such-profile")
+
+
+class _SlowFirstPass(torch.nn.Module):
+    """A layer whose forward is slowed by 30 ms for its first ``slow_calls`` calls (a burst of other work
+    on the machine while the profiler's first pass times it)."""
+
+    def __init__(self, slow_calls: int):
+        super().__init__()
+        self.linear, self.calls, self.slow_calls = torch.nn.Linear(8, 8), 0, slow_calls
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls <= self.slow_calls:
+            time.sleep(0.03)
+        return self.linear(x)
+
+
+def test_a_burst_that_slows_one_pass_leaves_the_profile_as_the_other_passes_measured_it():
+    layers = [torch.nn.Linear(8, 8), _SlowFirstPass(slow_calls=4), torch.nn.Linear(8, 8)]  # 2 warm-up + 2 timed
+    x, target = torch.randn(4, 8), torch.randn(4, 8)
+    one_pass = measure_profile(layers, x, target, torch.nn.functional.mse_loss, warmup=2, repeats=3, passes=1)
+    layers[1].calls = 0
+    profile = measure_profile(layers, x, target, torch.nn.functional.mse_loss, warmup=2, repeats=3, passes=2)
+    assert one_pass.layers[1].fwd_ms > 30.0  # the burst covered the median of the only pass
+    assert profile.layers[1].fwd_ms < 10.0 and layers[1].calls == 10  # 2 passes x (2 warm-up + 3 timed)
+    assert [layer.activation_bytes for layer in profile.layers] == [4 * 8 * 4] * 3

@@ -1,7 +1,7 @@
 """Profiles a run measures at start-up, kept so that two runs of the same model on the same machine
 emulate the same devices.
 
-Measuring a profile takes a fraction of a second and comes out differently every time (a busy
+Measuring a profile takes a second or two and comes out differently every time (a busy
 machine, a cold cache): two runs of the same arguments would emulate different devices and their
 throughputs would differ for no reason of the policy's. So a measured profile is kept, keyed by the
 model's structure, its micro-batch's shape, the device and the machine, and the next run of the same
