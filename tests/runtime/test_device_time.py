@@ -140,55 +140,59 @@ def test_an_interval_that_a_slowdown_starts_or_ends_inside_is_predicted_for_the_
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a core per stage")
 def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_path):
-    """Real device time, 2 stages on 2 cores (one process per core): fitted on two runs, the calibrated
-    simulator predicts a third, of another seed and partition, within 10% (median over its intervals).
-    Nothing here is emulated: the prediction cannot match by construction. Real device time measures
-    whatever else runs on the machine, so the test needs its cores to itself, and says so (a skip) when
-    another busy process shared them: before it starts, and during each run (a neighbour that started
-    while the fits ran made the judged run 12% faster than predicted). Likewise when the machine's own
-    speed moved, which a shared virtual machine's does with nothing else running here (another tenant of
-    the host), and no calibration on other runs can predict: between runs (its cores measured alone
-    before and after each; the two fits, alike but for the data, 12% apart in iteration time) or
-    within one (a CI run's intervals, one configuration throughout, 0.87x to 1.28x its prediction).
-    Without those, the prediction's error here is 5-7% (the profile's per-layer times, summed for a
-    stage, are a few percent off what the stage takes beside another)."""
+    """Real device time, 2 stages on 2 cores (one process per core): fitted on two runs of two partitions,
+    the calibrated simulator predicts a third, of another seed and a partition between them, within 10%
+    (median over its intervals). Nothing here is emulated: the prediction cannot match by construction.
+
+    The fits span the partitions because a CPU's stages slow each other while both compute (shared
+    caches and memory bandwidth: a stage ran 9-12% over its standalone time beside a balanced partner,
+    3% where its partner idled two thirds of the time), which the simulator, made for separate devices,
+    does not model; fitted on balanced runs alone, it over-predicted an unbalanced one by 5-7%.
+    Real device time measures whatever else runs on the machine, so the test needs its cores to itself,
+    and says so (a skip) when another busy process shared them: before it starts, and during each run
+    (a neighbour that started while the fits ran made the judged run 12% faster than predicted).
+    Likewise when the machine's own speed moved, which a shared virtual machine's does with nothing else
+    running here (another tenant of the host), and no calibration on other runs can predict: between
+    runs (its cores measured alone before and after each, and the first run repeated last: two runs
+    alike but for their data were 12% apart) or within one (a CI run's intervals, one configuration
+    throughout, 0.87x to 1.28x its prediction)."""
     share = free_core_share(2)
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
-    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "60", "--interval", "5"]
-    speeds, medians = [], []
+    common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "50", "--interval", "5"]
+    speeds = []
 
-    def run_alone(name, *args):
+    def run_alone(name: str, seed: int, boundaries: str) -> tuple[list, float]:
+        """The run's records and its median iteration ms (past warm-up); a skip where it was not alone."""
         before = core_speed(2)
         with ForeignCpu() as foreign:
-            records, _ = run(tmp_path, name, *common, *args)
+            records, _ = run(tmp_path, name, *common, "--seed", str(seed), "--boundaries", boundaries)
         speeds.append((before + core_speed(2)) / 2)
+        assert records[0]["run"]["device_time"] == "real" and not records[0]["run"]["oversubscribed"]
         if foreign.cores > 0.15:
             pytest.skip(f"real device time needs 2 free cores: other processes took {foreign.cores:.2f} of a "
                         f"core during the {name} run")
-        low, median, high = np.quantile([r["iteration_ms"] for r in records[1:]], [0.1, 0.5, 0.9])  # past warm-up
-        if high > 1.15 * low:  # 1.04-1.09 where the machine kept its speed
+        low, median, high = np.quantile([r["iteration_ms"] for r in records[1:]], [0.1, 0.5, 0.9])
+        if high > 1.15 * low:  # 1.01-1.09 where the machine kept its speed
             pytest.skip(f"real device time needs a machine that keeps its speed: the {name} run's intervals, "
                         f"one configuration throughout, took {low:.0f} to {high:.0f} ms (10th to 90th percentile)")
-        medians.append(median)
         if max(speeds) > 1.06 * min(speeds):  # runs 1-5% apart where it kept its speed
             pytest.skip(f"real device time needs a machine that keeps its speed: its cores ran {min(speeds):.0f} "
                         f"to {max(speeds):.0f} matrix products/s between runs")
-        return records
+        return records, float(median)
 
-    fitted = []
-    for seed in (1, 2):
-        records = run_alone(f"fit{seed}", "--seed", str(seed))
-        assert records[0]["run"]["device_time"] == "real" and not records[0]["run"]["oversubscribed"]
-        fitted.append(tmp_path / f"fit{seed}.jsonl")
-    if max(medians) > 1.05 * min(medians):  # the same runs but for their data
-        pytest.skip(f"real device time needs a machine that keeps its speed: two fits alike but for their data "
-                    f"took {min(medians):.0f} and {max(medians):.0f} ms an iteration")
+    _, first_ms = run_alone("fit1", 1, "0,5")
+    run_alone("fit2", 2, "0,3")
     calibration = tmp_path / "calibration.json"
-    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "calibrate", *map(str, fitted), "-o",
-                             str(calibration)], capture_output=True, text=True, timeout=120, env=ENV)
+    result = subprocess.run([sys.executable, "-m", "rlpipe.cli", "calibrate", str(tmp_path / "fit1.jsonl"),
+                             str(tmp_path / "fit2.jsonl"), "-o", str(calibration)], capture_output=True, text=True,
+                            timeout=120, env=ENV)
     assert result.returncode == 0, result.stderr
-    judged = run_alone("judged", "--seed", "3", "--boundaries", "0,3")
+    judged, _ = run_alone("judged", 3, "0,4")
+    _, again_ms = run_alone("fit1-again", 4, "0,5")
+    if max(first_ms, again_ms) > 1.05 * min(first_ms, again_ms):  # the first run, but for its data
+        pytest.skip(f"real device time needs a machine that keeps its speed: the first run took {first_ms:.0f} ms "
+                    f"an iteration, the same run but for its data {again_ms:.0f} ms at the end")
     predicted = calibrated_iteration_ms(judged, Calibration.load(calibration))
     ratios = np.array([r["iteration_ms"] / p for r, p in zip(judged[1:], predicted[1:], strict=True)])  # past warm-up
     assert np.median(np.abs(ratios - 1)) <= 0.10, (ratios, speeds)
