@@ -90,7 +90,7 @@ def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, sta
     the injection on the live side against the simulator's, not the device times themselves (the real-mode
     test below does that)."""
     args = ["--stages", str(stages), "--schedule", schedule, "--microbatches", "4", "--batch", "16",
-            "--iterations", "40", "--interval", "5", "--device-time", "emulated"]
+            "--iterations", "30", "--interval", "5", "--device-time", "emulated"]
     if trace:  # stage 2 2.5x slower for a while
         (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n" + trace + "\n")
         args += ["--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "1"]
@@ -112,8 +112,8 @@ def test_the_simulator_predicts_each_interval_of_an_emulated_hybrid_run_within_f
     and a repartition on the way: the simulator's replicas, split and gradient sync predict each
     interval's iteration time within 5% at the median (the same bar one pipeline meets)."""
     records, _ = run(tmp_path, "hybrid", "--stages", "2", "--data-parallel", "2", "--microbatches", "4",
-                     "--batch", "16", "--iterations", "40", "--interval", "5", "--device-time", "emulated",
-                     "--rebalance-at", "15:3,5", "--repartition-at", "25:0,3")
+                     "--batch", "16", "--iterations", "30", "--interval", "5", "--device-time", "emulated",
+                     "--rebalance-at", "10:3,5", "--repartition-at", "20:0,3")
     assert records[0]["run"]["data_parallel"] == 2 and {tuple(r["microbatch_split"]) for r in records} > {(4, 4)}
     ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in records[1:]])  # past warm-up
     assert np.median(np.abs(ratios - 1)) <= 0.05, ratios
