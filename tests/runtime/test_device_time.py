@@ -145,9 +145,9 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     (median over its intervals). Nothing here is emulated: the prediction cannot match by construction.
 
     The fits span the partitions because a CPU's stages slow each other while both compute (shared
-    caches and memory bandwidth: a stage ran 9-12% over its standalone time beside a balanced partner,
-    3% where its partner idled two thirds of the time), which the simulator, made for separate devices,
-    does not model; fitted on balanced runs alone, it over-predicted an unbalanced one by 5-7%.
+    caches and memory bandwidth: a stage beside a partner that computes most of the time ran 7-21% over
+    its standalone time, the heavy stage of a 3 / 5 split 3-4%), which the simulator, made for separate
+    devices, does not model; fitted on balanced runs alone, it over-predicted an unbalanced one by 5-7%.
     Real device time measures whatever else runs on the machine, so the test needs its cores to itself,
     and says so (a skip) when another busy process shared them: before it starts, and during each run
     (a neighbour that started while the fits ran made the judged run 12% faster than predicted).
