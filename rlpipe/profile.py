@@ -184,10 +184,11 @@ def measure_profile(layers: Sequence[Any], example_microbatch: Any, target: Any,
     one at a time in ``passes`` passes over the model (``layers`` is iterated once a pass); a layer's time
     is the median of ``repeats`` runs after ``warmup`` runs within a pass, and the least over the passes.
     Other work on the machine only ever adds time, and a burst of it (the other ranks of a run starting
-    up) covers the few layers timed while it lasts: in one pass, a head layer measured 1.2x to 2.2x the
-    middle ones from one run's start-up to the next, which moved a real run's predicted iteration time by
-    7%. Optimizer bytes assume Adam (two moments). On a GPU (``device``) the clock waits for the device
-    before it reads the time.
+    up) covers the few layers timed while it lasts: in one pass, a transformer's head measured 1.2x to
+    2.2x its middle blocks from one run's start-up to the next (1.2x-1.4x in three passes), an error per
+    layer that moves with the partition, so no calibration of the whole removes it. Optimizer bytes
+    assume Adam (two moments). On a GPU (``device``) the clock waits for the device before it reads the
+    time.
     """
     import torch
 

@@ -47,7 +47,7 @@ def core_speed(cores: int, seconds: float = 1.0) -> float:
     """The machine's speed now: the mean over ``cores`` processes, one a core, each timing matrix products
     for ``seconds`` (products per second). Measured with nothing else of the test running, since a sampler
     beside a live run measures how much CPU the run leaves free, which moves with its partition (a 3 / 5
-    split of layers left it 1.3x more than 4 / 4). On a shared virtual machine it moves by a third from
+    split of layers left it 1.3x more than 5 / 3). On a shared virtual machine it moves by a third from
     one minute to the next with nothing else running here (another tenant of the host)."""
     import multiprocessing
 

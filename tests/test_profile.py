@@ -94,7 +94,7 @@ class _SlowFirstPass(torch.nn.Module):
 
 
 def test_a_burst_that_slows_one_pass_leaves_the_profile_as_the_other_passes_measured_it():
-    layers = [torch.nn.Linear(8, 8), _SlowFirstPass(slow_calls=4), torch.nn.Linear(8, 8)]  # 2 warm-up + 2 timed
+    layers = [torch.nn.Linear(8, 8), _SlowFirstPass(slow_calls=4), torch.nn.Linear(8, 8)]  # 2 of 3 timed
     x, target = torch.randn(4, 8), torch.randn(4, 8)
     one_pass = measure_profile(layers, x, target, torch.nn.functional.mse_loss, warmup=2, repeats=3, passes=1)
     layers[1].calls = 0
