@@ -66,6 +66,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rlpipe.models import load_model
     from rlpipe.profile import measure_profile
 
+    if args.repeats < 1:
+        raise InputError(f"--repeats {args.repeats}: must be at least 1 (timed runs per layer in each pass)")
     if args.batch % args.microbatches:
         raise InputError(f"--batch {args.batch}: must be divisible by --microbatches {args.microbatches}")
     torch.set_num_threads(1)  # the runtime runs one thread per stage: profile what it will see

@@ -62,6 +62,7 @@ def test_scenario_writes_a_replayable_trace(tmp_path):
     (["simulate", "--profile", "transformer16", "--boundaries", "0,8", "--slowdown", "1,x"], "--slowdown"),
     (["scenario", "--name", "stormy", "--devices", "2", "-o", "x.csv"], "stormy"),
     (["profile", "--model", "nowhere.mod:fn", "-o", "x.json"], "cannot import"),
+    (["profile", "--model", "mlp", "--repeats", "0", "-o", "x.json"], "--repeats 0"),
     (["partition", "--profile", "transformer16", "--stages", "4", "--memory-gb", "0.001"], "memory"),
     (["train", "--vec-env", "threads", "--out", "out"], "vec_env: dummy or subproc"),
 ])

@@ -160,14 +160,14 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
     common = ["--stages", "2", "--microbatches", "4", "--batch", "16", "--iterations", "50", "--interval", "5"]
-    speeds = []
+    probes, speeds = [core_speed(2)], []  # the cores alone between runs; each run's mean of the two around it
 
     def run_alone(name: str, seed: int, boundaries: str) -> tuple[list, float]:
         """The run's records and its median iteration ms (past warm-up); a skip where it was not alone."""
-        before = core_speed(2)
         with ForeignCpu() as foreign:
             records, _ = run(tmp_path, name, *common, "--seed", str(seed), "--boundaries", boundaries)
-        speeds.append((before + core_speed(2)) / 2)
+        probes.append(core_speed(2))
+        speeds.append((probes[-2] + probes[-1]) / 2)
         assert records[0]["run"]["device_time"] == "real" and not records[0]["run"]["oversubscribed"]
         if foreign.cores > 0.15:
             pytest.skip(f"real device time needs 2 free cores: other processes took {foreign.cores:.2f} of a "
