@@ -216,6 +216,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         config.n_envs = args.n_envs
     if args.vec_env is not None:
         config.vec_env = args.vec_env
+    if args.vec_workers is not None:
+        config.vec_workers = args.vec_workers
     if args.seed is not None:
         config.seed = args.seed
     if args.scenarios:
@@ -433,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
     p.add_argument("--vec-env", help="where the environments step: dummy (in turn in this process) or subproc "
-                   "(each in its own: the same steps, for a core per environment); overrides the config")
+                   "(in --vec-workers other processes: the same steps); overrides the config")
+    p.add_argument("--vec-workers", type=int, help="subproc's processes, each stepping its share of the "
+                   "environments (default: one per environment; fastest: one per core); overrides the config")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
     p.add_argument("--calibration", help="a fit from rlpipe calibrate: its measurement model (noise, outliers, "
                    "stage biases, overheads) joins the timer models training draws from")

@@ -19,13 +19,13 @@ import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rlpipe import ENV_ID
 from rlpipe.agents import HEURISTICS, imitation
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
 from rlpipe.agents.deployed import PPOPolicy
+from rlpipe.agents.vec_env import ShardedVecEnv
 from rlpipe.calibration import Calibration
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
@@ -52,8 +52,10 @@ class TrainConfig:
 
     n_timesteps: int = 1_000_000
     n_envs: int = 4
-    vec_env: str = "dummy"  # "dummy": the environments step in turn in this process; "subproc": each in its own
-    # process (SB3's SubprocVecEnv: the same steps; for a machine with a core per environment)
+    vec_env: str = "dummy"  # "dummy": the environments step in turn in this process; "subproc": in other
+    # processes (the same steps), shared among vec_workers of them
+    vec_workers: int | None = None  # subproc's processes, each stepping its share of the environments in turn
+    # (None: one per environment, SB3's SubprocVecEnv layout; best: one per core)
     seed: int = 1
     policy: str = "MlpPolicy"
     learning_rate: float | str = 3e-4  # or "lin_3e-4": decays linearly to 0
@@ -70,7 +72,8 @@ class TrainConfig:
     policy_kwargs: dict[str, Any] = field(default_factory=lambda: {"net_arch": [128, 128]})
     eval_freq: int = 20_000
     eval_episodes: int = 8
-    eval_duration_s: float = 1200.0
+    eval_duration_s: float = 1200.0  # simulated s of each held-out episode (a run shorter than eval_freq: in
+    # proportion to its share of eval_freq, at least SHORTEST_SCORING_S)
     imitate: str | None = None  # a heuristic whose decisions the actor learns first (None: from scratch)
     imitation_steps: int = 500_000  # at most; a short run imitates in proportion (imitation_share of its steps)
     imitation_share: float = 0.15
@@ -156,9 +159,10 @@ class TrainConfig:
                              f"{self.imitation_workers}")
         if self.vec_env not in ("dummy", "subproc"):
             raise InputError(f"{source}: vec_env: dummy or subproc, got {self.vec_env!r}")
-        if self.vec_env == "subproc" and self.n_envs > MAX_WORKERS:
-            raise InputError(f"{source}: vec_env subproc: a process per environment, at most {MAX_WORKERS}, got "
-                             f"n_envs {self.n_envs}")
+        workers = self.n_envs if self.vec_workers is None else self.vec_workers
+        if self.vec_env == "subproc" and not 1 <= workers <= MAX_WORKERS:
+            raise InputError(f"{source}: vec_env subproc: 1 to {MAX_WORKERS} processes (vec_workers, by default one "
+                             f"per environment), got {workers}")
 
     def _validate_learning_rate(self, source: str) -> None:
         rate = self.learning_rate
@@ -176,6 +180,7 @@ MAX_ENVS = 256
 MAX_WORKERS = 64  # imitation's labelling processes
 MAX_ROLLOUT = 10_000_000  # steps per rollout buffer: beyond, memory runs out
 MAX_WIDTH = 65_536
+SHORTEST_SCORING_S = 120.0  # a short run's held-out episodes last at least this long (simulated s)
 
 
 def _is_net_arch(net_arch: Any) -> bool:
@@ -204,22 +209,14 @@ def _env_kwargs(config: TrainConfig) -> dict[str, Any]:
 
 
 def _make_vec_env(config: TrainConfig, n_envs: int, seed: int) -> VecEnv:
-    """``n_envs`` seeded training environments, stepped in this process or each in its own (``vec_env``)."""
+    """``n_envs`` seeded training environments, stepped in this process or in ``vec_workers`` others
+    (``vec_env``)."""
     env_kwargs = _env_kwargs(config)
     makers: list[Callable[[], gym.Env]] = [lambda: Monitor(RepartitionEnv(**env_kwargs)) for _ in range(n_envs)]
     # forked, the processes start with everything imported (the environments never use torch)
-    vec = DummyVecEnv(makers) if config.vec_env == "dummy" else Float32SubprocVecEnv(makers, start_method="fork")
+    vec = DummyVecEnv(makers) if config.vec_env == "dummy" else ShardedVecEnv(makers, config.vec_workers or n_envs)
     vec.seed(seed)
     return vec
-
-
-class Float32SubprocVecEnv(SubprocVecEnv):
-    """SB3's SubprocVecEnv with DummyVecEnv's float32 rewards, so that a run trains the same either way (the
-    reward normalisation's running statistics would otherwise part in the last digits)."""
-
-    def step_wait(self) -> VecEnvStepReturn:
-        observations, rewards, dones, infos = super().step_wait()
-        return observations, rewards.astype(np.float32), dones, infos
 
 
 class EfficiencyEvalCallback(BaseCallback):
@@ -235,14 +232,19 @@ class EfficiencyEvalCallback(BaseCallback):
         super().__init__()
         env_kwargs = _env_kwargs(config)
         scenarios = list(env_kwargs.get("scenarios", ("heavy", "bursty", "none")))
-        # a run shorter than its evaluation cadence is scored once, on fewer episodes (in proportion)
-        episodes = config.eval_episodes if config.n_timesteps >= config.eval_freq else min(
-            config.eval_episodes, max(2, config.n_timesteps // 20_000))
-        self.episodes = [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
+        # a run shorter than its evaluation cadence is scored at its end only, on fewer and shorter episodes (in
+        # proportion: a 4,096-step trial is not scored for longer than it trained)
+        short = config.n_timesteps < config.eval_freq
+        episodes = min(config.eval_episodes, max(2, config.n_timesteps // 20_000)) if short else config.eval_episodes
+        duration_s = config.eval_duration_s if not short else max(
+            config.eval_duration_s * config.n_timesteps / config.eval_freq, min(config.eval_duration_s,
+                                                                                 SHORTEST_SCORING_S))
+        stride = max(len(scenarios) // episodes, 1)  # fewer episodes than scenarios: spread, not the first few
+        self.episodes = [(scenarios[i * stride % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
         self.every_calls = max(config.eval_freq // config.n_envs, 1)
         self.out = out
-        # held-out episodes of one length, whatever lengths training draws: the score is comparable across runs
-        self.env = RepartitionEnv(**{**env_kwargs, "duration_s": config.eval_duration_s, "min_duration_s": None})
+        # held-out episodes of one length, whatever lengths training draws: the scores of a run are comparable
+        self.env = RepartitionEnv(**{**env_kwargs, "duration_s": duration_s, "min_duration_s": None})
         self.best = -np.inf
         self.history: list[tuple[int, float]] = []
 
@@ -346,6 +348,10 @@ def imitation_budget(config: TrainConfig) -> tuple[int, int, int]:
     per_round = min(config.imitation_round_steps,
                     int(config.imitation_round_steps * decisions / max(config.imitation_steps, 1)))
     warmup = min(config.critic_warmup_steps, int(config.imitation_share / 2 * config.n_timesteps))
+    # PPO learns in whole rollouts: a warm-up rounds up to them, and one under half a rollout is skipped (a
+    # 4,096-step trial's 819 would otherwise cost a whole 4,096-step rollout, as much as the trial's PPO)
+    rollout = config.n_steps * config.n_envs
+    warmup = -(-warmup // rollout) * rollout if 2 * warmup >= rollout else 0
     return decisions, max(per_round, 1), warmup
 
 
@@ -372,12 +378,11 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
                                    rare_weight=config.imitation_rare_weight, seed=config.seed + round_)
     export(model, *_observation_shape(config), out / "imitated", training={"imitated": teacher})
     if progress:
-        print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; the critic learns their value "
-              f"({warmup:,} steps)", flush=True)
+        critic = f"the critic learns their value ({warmup:,} steps)" if warmup else "no critic warm-up (too short)"
+        print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; {critic}", flush=True)
     if warmup:
-        rollout = config.n_steps * config.n_envs
         imitation.hold_actor(model.policy, True)
-        model.learn(total_timesteps=-(-warmup // rollout) * rollout, progress_bar=progress, tb_log_name="critic")
+        model.learn(total_timesteps=warmup, progress_bar=progress, tb_log_name="critic")
         imitation.hold_actor(model.policy, False)
     return demonstrations
 

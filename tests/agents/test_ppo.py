@@ -4,14 +4,12 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
-from stable_baselines3.common.monitor import Monitor
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact
 from rlpipe.agents.deployed import default_artifact_path, load_deployed_policy
-from rlpipe.agents.ppo import TrainConfig, _make_vec_env, train
+from rlpipe.agents.ppo import TrainConfig, train
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
@@ -147,34 +145,3 @@ def test_a_short_run_still_scores_keeps_its_best_and_leaves_no_empty_folder(tmp_
     training = json.loads((tmp_path / "policy.json").read_text())["training"]
     assert training["selected"] == "best on held-out seeds"
     assert training["calibration"]["noise_sigma"] > 0  # the artifact records the calibration it trained with
-
-
-@pytest.mark.slow
-def test_environments_in_their_own_processes_step_as_in_one():
-    """vec_env subproc changes where the environments run, not what they do: the same seeds and actions give the
-    same masks, observations, rewards (float32 both ways) and episode ends as stepping them all in turn here."""
-    rng = np.random.default_rng(0)
-    configs = [TrainConfig(n_envs=3, vec_env=kind, env_kwargs={"duration_s": 60.0, "data_parallel": (1, 2)})
-               for kind in ("dummy", "subproc")]
-    in_turn, in_processes = (_make_vec_env(config, config.n_envs, seed=7) for config in configs)
-    try:
-        np.testing.assert_array_equal(in_turn.reset(), in_processes.reset())
-        ends = 0
-        for _ in range(120):
-            masks = np.stack(in_turn.env_method("action_masks"))
-            np.testing.assert_array_equal(masks, np.stack(in_processes.env_method("action_masks")))
-            actions = np.array([rng.choice(np.flatnonzero(mask)) for mask in masks])
-            *one, one_infos = in_turn.step(actions)
-            *other, other_infos = in_processes.step(actions)
-            for a, b in zip(one, other, strict=True):
-                np.testing.assert_array_equal(a, b)
-                assert a.dtype == b.dtype  # reward normalisation sees the same numbers
-            assert [i.get("efficiency") for i in one_infos] == [i.get("efficiency") for i in other_infos]
-            ends += int(one[2].sum())
-        assert ends >= 3  # episodes ended and restarted alike
-        assert in_processes.get_attr("repartitions", indices=[2]) == in_turn.get_attr("repartitions", indices=[2])
-        assert in_processes.env_is_wrapped(Monitor) == [True] * 3
-    finally:
-        in_turn.close()
-        in_processes.close()
-    assert not any(process.is_alive() for process in in_processes.processes)
