@@ -95,6 +95,44 @@ def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False, vec_env: st
         return timesteps / (time.perf_counter() - start)
 
 
+def ppo_ceiling_steps_per_s(timesteps: int = 65_536) -> float:
+    """PPO's own share of training: the shipped config's network, rollouts and updates on 16 environments that
+    cost nothing to step (the real observation and action spaces, a constant observation, every action
+    valid), steps/s: what end-to-end training would reach on this machine with a free environment."""
+    import gymnasium as gym
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from rlpipe.agents.ppo import PPO_KEYS, _env_kwargs
+
+    config = shipped_config()
+    real = RepartitionEnv(**_env_kwargs(config))
+
+    class FreeEnv(gym.Env):
+        observation_space, action_space = real.observation_space, real.action_space
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.steps = 0
+            return np.zeros(self.observation_space.shape, dtype=np.float32), {}
+
+        def step(self, action):
+            self.steps += 1
+            return np.zeros(self.observation_space.shape, dtype=np.float32), 1.0, False, self.steps >= 500, {}
+
+        def action_masks(self) -> np.ndarray:
+            return np.ones(self.action_space.n, dtype=bool)
+
+    torch.set_num_threads(1)
+    envs = VecNormalize(DummyVecEnv([FreeEnv] * config.n_envs), norm_obs=False, gamma=config.gamma)
+    hyper = {key: getattr(config, key) for key in PPO_KEYS if key != "learning_rate"}
+    model = MaskablePPO("MlpPolicy", envs, seed=0, policy_kwargs=dict(config.policy_kwargs), **hyper)
+    start = time.perf_counter()
+    model.learn(total_timesteps=timesteps)
+    return timesteps / (time.perf_counter() - start)
+
+
 def trial_run_s(timesteps: int = 4096) -> float:
     """Wall seconds of the README's trial, ``rlpipe train --config configs/ppo.yml --timesteps 4096``, as a user
     runs it: a fresh process (imports included), imitation, PPO, scoring and export."""
@@ -135,6 +173,7 @@ def run() -> dict:
                "ppo_train_subproc_2_over_dummy": by_vec_env["subproc_2"] / by_vec_env["dummy"],
                # a 100,000-step run imitates 40,000 decisions, 3 DAgger rounds of 13,333, 20,000 critic steps
                "ppo_train_steps_per_s_with_imitation_100k": ppo_steps_per_s(100_000, imitate=True)}
+    figures["ppo_train_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
     figures["train_trial_4096_steps_s"] = trial_run_s()
     for workers in (1, 2):
         figures[f"imitation_falcon_decisions_per_s_workers_{workers}"] = imitation_decisions_per_s("falcon", workers)
