@@ -79,7 +79,7 @@ class ShardedVecEnv(VecEnv):
     """
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]], workers: int, start_method: str = "fork"):
-        if not 1 <= workers:
+        if workers < 1:
             raise ValueError(f"ShardedVecEnv: workers must be >= 1, got {workers}")
         workers = min(workers, len(env_fns))
         edges = np.linspace(0, len(env_fns), workers + 1).round().astype(int)

@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact
 from rlpipe.agents.deployed import default_artifact_path, load_deployed_policy
-from rlpipe.agents.ppo import TrainConfig, train
+from rlpipe.agents.ppo import SHORTEST_SCORING_S, EfficiencyEvalCallback, TrainConfig, imitation_budget, train
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
@@ -145,3 +146,20 @@ def test_a_short_run_still_scores_keeps_its_best_and_leaves_no_empty_folder(tmp_
     training = json.loads((tmp_path / "policy.json").read_text())["training"]
     assert training["selected"] == "best on held-out seeds"
     assert training["calibration"]["noise_sigma"] > 0  # the artifact records the calibration it trained with
+
+
+def test_a_short_run_imitates_warms_up_and_is_scored_in_proportion(tmp_path):
+    """The README's 4,096-step trial of configs/ppo.yml: 40% of its steps imitated, no critic warm-up (819 steps
+    would cost a whole 4,096-step rollout), scored on 2 held-out episodes of 120 s spread over the scenarios;
+    the full run keeps its budget (the warm-up in whole rollouts, as the shipped policy trained) and scoring."""
+    shipped = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "ppo.yml")
+    trial = replace(shipped, n_timesteps=4096)
+    assert imitation_budget(trial) == (1638, 546, 0)
+    assert imitation_budget(shipped) == (300_000, 100_000, 102_400)
+    scorer = EfficiencyEvalCallback(trial, tmp_path)
+    assert scorer.env.config.duration_s == SHORTEST_SCORING_S
+    assert [scenario for scenario, _ in scorer.episodes] == ["none", "periodic"]  # not none and light
+    full = EfficiencyEvalCallback(shipped, tmp_path)
+    assert full.env.config.duration_s == shipped.eval_duration_s and len(full.episodes) == shipped.eval_episodes
+    scenarios = shipped.env_kwargs["scenarios"]
+    assert [scenario for scenario, _ in full.episodes] == [scenarios[i % len(scenarios)] for i in range(22)]
