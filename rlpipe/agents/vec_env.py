@@ -86,10 +86,12 @@ class ShardedVecEnv(VecEnv):
         self.shards = [range(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
         self.shard_of = [w for w, shard in enumerate(self.shards) for _ in shard]
         ctx = mp.get_context(start_method)
-        self.remotes, self.processes = [], []
+        self.remotes: list[Any] = []  # the parent's ends of the pipes, a worker each
+        self.processes: list[Any] = []
         for shard in self.shards:
             remote, work_remote = ctx.Pipe()
-            process = ctx.Process(target=_serve_shard, daemon=True,  # a crashed parent leaves no workers behind
+            # daemon: a crashed parent leaves no workers behind
+            process = ctx.Process(target=_serve_shard, daemon=True,  # type: ignore[attr-defined]
                                   args=(work_remote, remote, CloudpickleWrapper([env_fns[i] for i in shard])))
             process.start()
             work_remote.close()
