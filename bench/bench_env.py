@@ -1,8 +1,8 @@
-"""Environment speed (steps per second, S = 8, one process), end-to-end PPO training speed (the
-shipped config, 2 cores; its 16 environments stepped in one process and 8 in each of 2 others, side by side), the
-imitation's labelling speed in one and two processes, the README's 4,096-step training trial's wall time
-and policy decision latency. The figures
-before the speed-up (observation in Python, 4 environments, 10 epochs) stand beside them."""
+"""Environment speed (steps per second, S = 8, one process), end-to-end PPO training speed (the shipped
+config, 2 cores; its 16 environments stepped in one process and 8 in each of 2 others, side by side), PPO's
+own share (the same training on environments that cost nothing to step), the imitation's labelling speed in
+one and two processes, the README's 4,096-step training trial's wall time and policy decision latency. The
+figures before the speed-up (observation in Python, 4 environments, 10 epochs) stand beside them."""
 
 from __future__ import annotations
 
