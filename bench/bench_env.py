@@ -126,6 +126,7 @@ def ppo_ceiling_steps_per_s(timesteps: int = 65_536) -> float:
 
     torch.set_num_threads(1)
     envs = VecNormalize(DummyVecEnv([FreeEnv] * config.n_envs), norm_obs=False, gamma=config.gamma)
+    # the config's "lin_" rate is train()'s notation; a rate changes nothing of the cost
     hyper = {key: getattr(config, key) for key in PPO_KEYS if key != "learning_rate"}
     model = MaskablePPO("MlpPolicy", envs, seed=0, policy_kwargs=dict(config.policy_kwargs), **hyper)
     start = time.perf_counter()

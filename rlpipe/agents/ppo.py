@@ -236,9 +236,9 @@ class EfficiencyEvalCallback(BaseCallback):
         # proportion: a 4,096-step trial is not scored for longer than it trained)
         short = config.n_timesteps < config.eval_freq
         episodes = min(config.eval_episodes, max(2, config.n_timesteps // 20_000)) if short else config.eval_episodes
-        duration_s = config.eval_duration_s if not short else max(
-            config.eval_duration_s * config.n_timesteps / config.eval_freq, min(config.eval_duration_s,
-                                                                                 SHORTEST_SCORING_S))
+        duration_s = config.eval_duration_s
+        if short:
+            duration_s = max(duration_s * config.n_timesteps / config.eval_freq, min(duration_s, SHORTEST_SCORING_S))
         stride = max(len(scenarios) // episodes, 1)  # fewer episodes than scenarios: spread, not the first few
         self.episodes = [(scenarios[i * stride % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
         self.every_calls = max(config.eval_freq // config.n_envs, 1)

@@ -47,7 +47,7 @@ def _serve_shard(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -
         elif command == "get_attr":
             remote.send(envs.get_attr(*data))
         elif command == "has_attr":
-            remote.send(all(hasattr(env, data) or _wrapper_has(env, data) for env in envs.envs))
+            remote.send(envs.has_attr(data))  # asked here, where the attribute need not pickle
         elif command == "set_attr":
             envs.set_attr(*data)
             remote.send([None] * len(data[2]))
@@ -59,14 +59,6 @@ def _serve_shard(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -
             break
         else:
             raise NotImplementedError(f"ShardedVecEnv worker: unknown command {command!r}")
-
-
-def _wrapper_has(env: gym.Env, name: str) -> bool:
-    try:
-        env.get_wrapper_attr(name)
-        return True
-    except AttributeError:
-        return False
 
 
 class ShardedVecEnv(VecEnv):
