@@ -116,6 +116,15 @@ def read_log(log: Path) -> list[dict]:
     return [json.loads(line) for line in Path(log).read_text().splitlines()]
 
 
+def run_summary(stdout: str) -> str:
+    """The run's closing summary line (``rlpipe run: N iterations ...``): the last ``rlpipe run:`` line
+    that is no warning. On a busy host a warning that the emulation did not hold may follow it."""
+    summaries = [line for line in stdout.splitlines()
+                 if line.startswith("rlpipe run:") and not line.startswith("rlpipe run: warning:")]
+    assert summaries, stdout[-2000:]
+    return summaries[-1]
+
+
 def rlpipe_run(tmp_path, name, *args, timeout=240):
     """A run that must succeed: its log records and its final parameters."""
     log = tmp_path / f"{name}.jsonl"

@@ -5,7 +5,7 @@ devices and counts what it did, and the default device-time scale grows when a b
 import json
 
 import pytest
-from live_runs import read_log, rlpipe_run, run_command
+from live_runs import read_log, rlpipe_run, run_command, run_summary
 
 from rlpipe.report import write_report
 
@@ -58,7 +58,7 @@ def test_a_resumed_run_says_where_it_starts_counts_what_it_did_and_keeps_its_dev
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("rlpipe run:")]
     assert "rlpipe run: resumed from iteration 20" in lines
-    assert lines[-1].startswith("rlpipe run: 10 iterations (iterations 20-30)")
+    assert run_summary(result.stdout).startswith("rlpipe run: 10 iterations (iterations 20-30)")
     before, after = first[0]["run"], read_log(log)[0]["run"]
     # a busy host may have adapted the default scale: a record says so when it changes
     last_scale = [before["device_time_scale"], *(r["device_time_scale"] for r in first if "device_time_scale" in r)][-1]

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from live_runs import ENV
+from live_runs import ENV, run_summary
 
 from rlpipe.report import summarize, write_report
 from rlpipe.runlog import load_run
@@ -49,7 +49,7 @@ def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     latencies = [r["decision"]["latency_ms"] for r in records[:-1]]
     assert sorted(latencies)[len(latencies) // 2] < 5.0
     assert "decision" not in records[-1]  # the run's last interval has no next one to decide for
-    summary = stdout.strip().splitlines()[-1]
+    summary = run_summary(stdout)
     assert summary.startswith("rlpipe run: 110 iterations") and "repartition" in summary and str(log) in summary
 
 

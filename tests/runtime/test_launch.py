@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from live_runs import ENV as LIVE_ENV
+from live_runs import run_summary
 
 TESTS = Path(__file__).resolve().parents[1]
 RLPIPE = str(Path(sys.executable).with_name("rlpipe"))  # the console script a user runs
@@ -29,7 +30,7 @@ def test_a_run_of_one_interval_ends_cleanly_and_logs_no_decision(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     (record,) = records(log)
     assert record["iteration"] == 10 and "decision" not in record
-    assert result.stdout.strip().splitlines()[-1].startswith("rlpipe run: 10 iterations")
+    assert run_summary(result.stdout).startswith("rlpipe run: 10 iterations")
 
 
 @pytest.mark.slow
