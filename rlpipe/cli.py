@@ -9,6 +9,7 @@ import argparse
 import faulthandler
 import json
 import math
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -484,6 +485,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # a mistyped option: the command's own usage, not the top-level one
         commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    code = dispatch(args)
+    if argv is None and args.command == "run":
+        # the launcher only watched its stage processes, which have written everything: it leaves
+        # without finalizing torch's modules, a second of a short run's wall time
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit status (a user's mistake: one line on stderr and 2)."""
     try:
         args.handler(args)
     except UserCodeError as err:

@@ -7,6 +7,10 @@ partition, the iteration and what identifies the run.
 A checkpoint is written into a temporary folder and published by an atomic rename plus an atomic
 ``latest.json`` pointer, so a crash or a full disk mid-write never damages the last good one; the
 newest ``keep`` are kept. Loading reads tensors only (no pickled objects, no code).
+
+``torch.distributed.checkpoint`` is imported where a checkpoint is written or read: it brings DTensor
+and sympy, about a second of every run's start-up here, which a run without checkpoints need not pay
+(``rlpipe run`` imports it before it forks the stages when the run checkpoints or resumes).
 """
 
 from __future__ import annotations
@@ -19,11 +23,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from rlpipe.errors import InputError
 
@@ -53,6 +53,8 @@ def save(directory: str | Path, iteration: int, rank: int, tensors: dict[str, to
     """Collective: every rank writes its tensors; rank 0 writes ``meta`` and ``files`` (name: text) beside
     them, publishes the checkpoint and keeps the newest ``keep``. Returns ``None`` when it was published,
     else why not (the same on every rank; the last published checkpoint stays loadable)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     root = Path(directory)
     final, staging = root / f"{FOLDER_PREFIX}{iteration:08d}", root / f".{FOLDER_PREFIX}{iteration:08d}.tmp"
     error = None
@@ -125,7 +127,10 @@ def load(folder: Path, modules: list[nn.Module], owned: range, optimizer: torch.
          device: torch.device) -> None:
     """Collective: every rank reads the layers it owns now (whichever stage wrote them) into
     ``modules`` and their optimizer state into ``optimizer``."""
-    stored = FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    stored = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
     wanted: dict[str, torch.Tensor] = {}
     for i in owned:
         for name, tensor in [*modules[i].named_parameters(), *modules[i].named_buffers()]:

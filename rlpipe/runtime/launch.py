@@ -9,6 +9,7 @@ outlive the launcher. Ctrl-C stops every stage (each exits with 130) and leaves 
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -76,6 +77,8 @@ def launch(config: RunConfig, poll_s: float = 0.2, grace_s: float = 3.0) -> int:
                "WORLD_SIZE": str(config.processes), "OMP_NUM_THREADS": "1", FAILURE_DIR_ENV: failure_dir}
         from rlpipe.runtime.__main__ import stage_main
 
+        if config.checkpoint_every or config.resume:  # imported once here, not in every stage
+            importlib.import_module("torch.distributed.checkpoint")
         torch.set_num_threads(1)  # no thread pool in the launcher: forking it is safe, and stages run one each
         processes = [StageProcess(rank, {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                                   lambda: stage_main(config)) for rank in range(config.processes)]
