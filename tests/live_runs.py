@@ -84,10 +84,10 @@ class ForeignCpu:
         self.cores = max(busy - own, 0.0) / max(wall, 1e-9)
 
 
-def run_command(*args, timeout=240) -> subprocess.CompletedProcess:
-    """``rlpipe run ARGS`` as a user starts it, however it ends."""
+def run_command(*args, timeout=240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``rlpipe run ARGS`` as a user starts it, however it ends, with ``env`` added to ENV."""
     return subprocess.run([sys.executable, "-m", "rlpipe.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, env=ENV)
+                          timeout=timeout, env={**ENV, **(env or {})})
 
 
 def start_run(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -125,11 +125,11 @@ def run_summary(stdout: str) -> str:
     return summaries[-1]
 
 
-def rlpipe_run(tmp_path, name, *args, timeout=240):
+def rlpipe_run(tmp_path, name, *args, timeout=240, env: dict[str, str] | None = None):
     """A run that must succeed: its log records and its final parameters."""
     log = tmp_path / f"{name}.jsonl"
     params = tmp_path / f"{name}.pt"
-    result = run_command(*args, "--log", str(log), "--save-params", str(params), timeout=timeout)
+    result = run_command(*args, "--log", str(log), "--save-params", str(params), timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return read_log(log), torch.load(params, weights_only=True)
 
