@@ -67,6 +67,7 @@ def test_static_holds_the_launch_partition_and_pays_for_it_under_a_straggler():
     assert efficiency["static"] < 0.8 < 0.95 < efficiency["threshold"]  # the straggler costs what moving saves
 
 
+@pytest.mark.slow  # six simulated hours
 def test_greedy_does_not_thrash_on_timer_noise():
     env = RepartitionEnv(scenarios=("none",), timer_noise=0.05, duration_s=3600)
     for seed in range(6):
