@@ -8,9 +8,9 @@ A checkpoint is written into a temporary folder and published by an atomic renam
 ``latest.json`` pointer, so a crash or a full disk mid-write never damages the last good one; the
 newest ``keep`` are kept. Loading reads tensors only (no pickled objects, no code).
 
-``torch.distributed.checkpoint`` is imported where a checkpoint is written or read: it brings DTensor
-and sympy, about a second of every run's start-up here, which a run without checkpoints need not pay
-(``rlpipe run`` imports it before it forks the stages when the run checkpoints or resumes).
+``torch.distributed.checkpoint`` is imported where a checkpoint is written or read: its planners and
+storage layers take a third of a second of a run's start-up here, which a run without checkpoints need
+not pay (``rlpipe run`` imports it before it forks the stages when the run checkpoints or resumes).
 """
 
 from __future__ import annotations
