@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_runs import ENV, ForeignCpu, core_speed, free_core_share
+from live_runs import ENV, ForeignCpu, core_speed, free_core_share, run_summary
 
 from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.interference import InterferenceTrace
@@ -95,15 +95,22 @@ def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, sta
         (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n" + trace + "\n")
         args += ["--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "1"]
     records, stdout = run(tmp_path, "emulated", *args)
+    if overran_share(records) > 0.05:  # a busy host broke the emulation (the run says so): it measured nothing
+        records, stdout = run(tmp_path, "emulated-again", *args)
     header = records[0]["run"]
     assert header["device_time"] == "emulated" and header["device_time_scale"] >= 2.0
     ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in records])
     assert np.median(np.abs(ratios - 1)) <= 0.10, ratios
-    chunks = sum(r["emulation"]["chunks"] for r in records)
-    assert chunks > 0 and sum(r["emulation"]["overran"] for r in records) / chunks <= 0.05
+    assert overran_share(records) <= 0.05
     if trace:
         assert max(max(r["injected_slowdown"]) for r in records) > 1.5  # the slowdown was on during the run
-    assert "overran their emulated time" in stdout.strip().splitlines()[-1]
+    assert "overran their emulated time" in run_summary(stdout)
+
+
+def overran_share(records) -> float:
+    """The share of a run's compute chunks that overran their emulated device time (1.0: none timed)."""
+    chunks = sum(r["emulation"]["chunks"] for r in records)
+    return sum(r["emulation"]["overran"] for r in records) / chunks if chunks else 1.0
 
 
 @pytest.mark.slow
