@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from rlpipe.interference import InterferenceTrace
 from rlpipe.partition import bottleneck_dp
@@ -86,6 +87,7 @@ class SimulatedJob:
         self._partition_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._replica_cache: dict[tuple, tuple[float, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._timing_cache: dict[tuple, JobTiming] = {}
+        self._graph_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
         self._best_cache: dict[int, tuple[tuple[int, ...], tuple[int, ...], float]] = {}
         self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray, list[bytes]]] = {}
 
@@ -103,12 +105,9 @@ class SimulatedJob:
         return found
 
     def _replica(self, boundaries: tuple[int, ...], microbatches: int, slowdown: np.ndarray, links: np.ndarray,
-                 factors: np.ndarray | None,
-                 conditions: bytes | None = None) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """One replica's pipeline: (iteration ms, compute, comm, idle per stage), cached by its conditions
-        (``conditions``: their key, if known)."""
-        if conditions is None:
-            conditions = slowdown.tobytes() + links.tobytes()
+                 factors: np.ndarray | None, conditions: bytes) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """One replica's pipeline: (iteration ms, compute, comm, idle per stage), cached by its conditions'
+        key ``conditions``."""
         key = (boundaries, microbatches, conditions, None if factors is None else factors.tobytes())
         found = self._replica_cache.get(key)
         if found is None:
@@ -151,25 +150,27 @@ class SimulatedJob:
         if timing is None:
             if len(self._timing_cache) > 50_000:
                 self._timing_cache.clear()
-            slowdown, links, keys = self._conditions(row)
+            slowdown, links, _ = self._conditions(row)
             factors = self._factors(row, pattern)
-            if factors is None:
-                per_replica = [self._replica(boundaries, split[r], slowdown[r], links[r], None, keys[r])
-                               for r in range(self.replicas)]
-            else:
-                offsets = np.concatenate([[0], np.cumsum(split)])
-                per_replica = [self._replica(boundaries, split[r], slowdown[r], links[r],
-                                             factors[offsets[r]:offsets[r + 1]], keys[r])
-                               for r in range(self.replicas)]
-            sync = self._partition(boundaries)[3]
-            pipeline_ms = max(p[0] for p in per_replica)
+            fwd, bwd, link_ms, sync = self._partition(boundaries)
+            pipeline_ms, compute, comm, idle = job_timing_kernel(  # type: ignore[call-arg]
+                *self._graphs(split), fwd, bwd, link_ms, slowdown, links,
+                np.ones(self.replicas * self.microbatches) if factors is None else factors,
+                float(self.overheads.op_ms), float(self.overheads.iteration_ms))
             iteration = pipeline_ms + (float(sync.max()) if self.replicas > 1 else 0.0)
-            compute = np.array([p[1] / m for p, m in zip(per_replica, split)])
-            comm = np.array([p[2] for p in per_replica])
-            # a replica that finishes early waits for the slowest, then every stage group syncs
-            idle = np.array([p[3] + (pipeline_ms - p[0]) for p in per_replica])
             timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, sync)
         return timing
+
+    def _graphs(self, split: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        """Every replica's operation graph for its micro-batches, end to end, then where each replica's
+        operations start (D + 1 offsets) and its micro-batches (cached)."""
+        found = self._graph_cache.get(split)
+        if found is None:
+            graphs = [operation_graph(self.num_stages, m, self.schedule) for m in split]
+            offsets = np.cumsum([0] + [len(graph[0]) for graph in graphs])
+            found = self._graph_cache[split] = (*(np.concatenate(parts) for parts in zip(*graphs, strict=True)),
+                                                offsets, np.asarray(split, dtype=np.int64))
+        return found
 
     def mean_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
         """The mean iteration time under row ``row``, over the micro-batch patterns where they differ."""
@@ -272,7 +273,10 @@ class SimulatedJob:
             banks.append(timing.compute_ms)
         # each iteration's compute: that of the stretch its middle fell in
         which = np.minimum(np.searchsorted(np.array(ends), np.arange(iterations) + 0.5), len(ends) - 1)
-        per_iteration = np.array([self._draw(banks[w], 1, rng)[0] for w in which])
+        per_iteration = np.empty((iterations, *shape))
+        for iteration, w in enumerate(which.tolist()):  # a pattern drawn for each iteration, as _draw draws it
+            bank = banks[w]
+            per_iteration[iteration] = bank[0] if len(bank) == 1 else bank[rng.integers(len(bank), size=1)[0]]
         return Interval(time_s, per_iteration, comm / iterations, idle / iterations, sync / iterations)
 
     @staticmethod
@@ -300,3 +304,44 @@ class SimulatedJob:
         if self.unequal and self.trace.spread_at_row(row) > 1.0:
             best *= current / self.timing(boundaries, split, row).iteration_ms
         return min(best, current)
+
+
+@njit(cache=True)
+def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, op_offsets, split, fwd_ms, bwd_ms,
+                      link_ms, slowdown, links, factors, op_ms, iteration_overhead_ms):  # pragma: no cover
+    """One iteration of every replica (replica r: operations ``op_offsets[r]:op_offsets[r + 1]`` of the
+    graphs, ``split[r]`` micro-batches, ``slowdown[r]`` on the stages' interference-free ``fwd_ms`` and
+    ``bwd_ms``, ``links[r]`` on the links' ``link_ms``, its micro-batches' compute ``factors``), then the
+    job's: (the slowest replica's pipeline ms, and per device compute per micro-batch, communication
+    wait and idle ms, a replica that finished early waiting for the slowest). A replica under the same
+    conditions as an earlier one is not simulated again."""
+    replicas, stages = slowdown.shape
+    pipeline = np.empty(replicas)
+    compute, comm, idle = np.empty((replicas, stages)), np.empty((replicas, stages)), np.empty((replicas, stages))
+    first_microbatch = np.zeros(replicas + 1, dtype=np.int64)
+    for r in range(replicas):
+        first_microbatch[r + 1] = first_microbatch[r] + split[r]
+    for r in range(replicas):
+        mine = factors[first_microbatch[r]:first_microbatch[r + 1]]
+        same = -1
+        for q in range(r):
+            if (split[q] == split[r] and np.array_equal(slowdown[q], slowdown[r]) and np.array_equal(links[q], links[r])
+                    and np.array_equal(factors[first_microbatch[q]:first_microbatch[q + 1]], mine)):
+                same = q
+                break
+        if same >= 0:
+            pipeline[r], compute[r], comm[r], idle[r] = pipeline[same], compute[same], comm[same], idle[same]
+            continue
+        replica_link_ms = link_ms / links[r] if link_ms.shape[0] == links.shape[1] else link_ms
+        start, end = op_offsets[r], op_offsets[r + 1]
+        iteration, stage_compute, stage_comm, stage_idle = simulate_kernel(
+            op_stage[start:end], op_backward[start:end], op_producer[start:end], op_link[start:end],
+            op_microbatch[start:end], fwd_ms * slowdown[r], bwd_ms * slowdown[r], replica_link_ms, op_ms, mine)
+        if iteration_overhead_ms != 0.0:
+            iteration, stage_idle = iteration + iteration_overhead_ms, stage_idle + iteration_overhead_ms
+        pipeline[r], compute[r], comm[r], idle[r] = iteration, stage_compute, stage_comm, np.maximum(stage_idle, 0.0)
+    pipeline_ms = pipeline.max()
+    for r in range(replicas):
+        compute[r] /= split[r]
+        idle[r] += pipeline_ms - pipeline[r]
+    return pipeline_ms, compute, comm, idle
