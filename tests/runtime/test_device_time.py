@@ -118,9 +118,11 @@ def test_the_simulator_predicts_each_interval_of_an_emulated_hybrid_run_within_f
     """Decision-sized windows of a 2 x 2 hybrid job (4 processes, emulated device time), with a rebalance
     and a repartition on the way: the simulator's replicas, split and gradient sync predict each
     interval's iteration time within 5% at the median (the same bar one pipeline meets)."""
-    records, _ = run(tmp_path, "hybrid", "--stages", "2", "--data-parallel", "2", "--microbatches", "4",
-                     "--batch", "16", "--iterations", "30", "--interval", "5", "--device-time", "emulated",
-                     "--rebalance-at", "10:3,5", "--repartition-at", "20:0,3")
+    args = ["--stages", "2", "--data-parallel", "2", "--microbatches", "4", "--batch", "16", "--iterations", "30",
+            "--interval", "5", "--device-time", "emulated", "--rebalance-at", "10:3,5", "--repartition-at", "20:0,3"]
+    records, _ = run(tmp_path, "hybrid", *args)
+    if overran_share(records) > 0.05:  # a busy host broke the emulation (the run says so): it measured nothing
+        records, _ = run(tmp_path, "hybrid-again", *args)
     assert records[0]["run"]["data_parallel"] == 2 and {tuple(r["microbatch_split"]) for r in records} > {(4, 4)}
     ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in records[1:]])  # past warm-up
     assert np.median(np.abs(ratios - 1)) <= 0.05, ratios
