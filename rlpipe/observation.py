@@ -331,13 +331,12 @@ class ObservationEncoder:
             raise StatsError(f"statistics for {stats.num_stages} stages, the pipeline has {planner.num_stages}")
         if stats.replicas != planner.replicas or stats.loads.shape != (planner.replicas, planner.num_stages):
             raise StatsError(f"statistics for {stats.replicas} replicas, the job has {planner.replicas}")
-        load = stats.loads
-        if not (load.min() > 0 and np.isfinite(load.max())):  # also catches NaN: comparisons are False
-            raise StatsError(f"non-finite or non-positive device load {load.tolist()}")
-        total = stats.compute_ms.sum() + stats.comm_ms.sum() + stats.idle_ms.sum() + stats.num_layers.sum()
-        if stats.compute_cv is not None:
-            total += stats.compute_cv.sum()
-        if not math.isfinite(total):  # a NaN or an infinity anywhere makes the sum non-finite
+        cv = _NOTHING if stats.compute_cv is None else stats.compute_cv
+        problem = _unsound_figures(*(np.asarray(figures, dtype=np.float64).reshape(-1) for figures in (
+            stats.loads, stats.compute_ms, stats.comm_ms, stats.idle_ms, stats.num_layers, cv)))
+        if problem == 1:
+            raise StatsError(f"non-finite or non-positive device load {stats.loads.tolist()}")
+        if problem == 2:
             raise StatsError("non-finite stage times")
         if not (math.isfinite(stats.wall_s) and stats.wall_s > 0 and math.isfinite(stats.stall_s)):
             raise StatsError("non-finite interval wall time")
@@ -400,7 +399,8 @@ class ObservationEncoder:
             return Targets(replan, split, (replan, split), np.array([now_ms, replan_ms, now_ms, replan_ms,
                                                                      replan_stall, 0.0, replan_stall]))
         links = np.ascontiguousarray(self.link_estimate[:max(planner.num_stages - 1, 1)])
-        slowest = np.argsort(-by_device.max(axis=1))[:1]
+        replica_worst = by_device.max(axis=1)  # each replica's slowest device
+        slowest = np.argsort(-replica_worst)[:1]
         candidates = list(dict.fromkeys([current, replan, *(planner.plan(by_device[r]) for r in slowest)]))
         sync = np.array([self._sync_ms(c) for c in candidates])
         with_split, balanced, with_balanced, replica_ms = _lever_kernel(
@@ -419,15 +419,12 @@ class ObservationEncoder:
         replan_stall = planner.stall_s(current, best_replan)
         rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
         both_stall = planner.change_stall_s((current, split), (both, both_split), iteration_ms)
-        base = self._replica_base
-        width = REPLICA_FEATURES + self.s_max
-        for r in range(planner.replicas):
-            slot = base + r * width
-            observation[slot] = 1.0
-            observation[slot + 1] = split[r] / planner.microbatches - 1.0
-            observation[slot + 2] = by_device[r].max() - 1.0
-            observation[slot + 3] = replica_ms[r] / replica_ms.mean() - 1.0
-            observation[slot + REPLICA_FEATURES:slot + REPLICA_FEATURES + planner.num_stages] = by_device[r] - 1.0
+        slots = self._replica_base + (REPLICA_FEATURES + self.s_max) * np.arange(planner.replicas)
+        observation[slots] = 1.0
+        observation[slots + 1] = np.asarray(split) / planner.microbatches - 1.0
+        observation[slots + 2] = replica_worst - 1.0
+        observation[slots + 3] = replica_ms / replica_ms.mean() - 1.0
+        observation[slots[:, None] + REPLICA_FEATURES + np.arange(planner.num_stages)] = by_device - 1.0
         return Targets(best_replan, rebalanced, (both, both_split),
                        np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
 
@@ -534,6 +531,22 @@ class ObservationEncoder:
 
 
 # --- the compiled kernels ---------------------------------------------------------------------------
+
+_NOTHING = np.zeros(0)
+
+
+@njit(cache=True)
+def _unsound_figures(loads, compute_ms, comm_ms, idle_ms, num_layers, compute_cv):  # pragma: no cover
+    """0 if an interval's figures can be read; 1 if a device load is not a finite number > 0 (NaN
+    included); 2 if a stage figure is not finite."""
+    for load in loads:
+        if not (load > 0 and math.isfinite(load)):
+            return 1
+    for figures in (compute_ms, comm_ms, idle_ms, num_layers, compute_cv):
+        for value in figures:
+            if not math.isfinite(value):
+                return 2
+    return 0
 
 @njit(cache=True)
 def _stage_times(prefix, roundtrip, boundaries, slowdown, num_layers, link_factor):  # pragma: no cover

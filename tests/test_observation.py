@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -152,8 +154,20 @@ def test_moves_that_would_empty_a_stage_are_masked(planner):
 
 def test_bad_statistics_are_refused(planner):
     encoder = ObservationEncoder(planner)
-    with pytest.raises(StatsError):
-        encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, float("nan"), 1, 1]))
+    for load in ([1, float("nan"), 1, 1], [1, 1, 0.0, 1], [float("inf"), 1, 1, 1], [1, 1, 1, -2.0]):
+        with pytest.raises(StatsError, match="non-finite or non-positive device load"):
+            encoder.observe(stats_for(planner, planner.ideal_boundaries, load))
+    for cv in ([0.1, float("nan"), 0.1, 0.1], [0.1, 0.1, 0.1, float("-inf")]):
+        with pytest.raises(StatsError, match="non-finite stage times"):
+            encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1, 1], cv=cv))
+    sound = stats_for(planner, planner.ideal_boundaries, [1, 1, 1, 1])
+    for field in ("compute_ms", "comm_ms", "idle_ms"):
+        figures = getattr(sound, field).copy()
+        figures[2] = float("inf")
+        with pytest.raises(StatsError, match="non-finite stage times"):
+            encoder.observe(dataclasses.replace(sound, **{field: figures}))
+    encoder.observe(sound)
+    assert len(encoder.loads) == 1  # what was refused left nothing behind
     with pytest.raises(StatsError):
         encoder.observe(stats_for(planner, planner.ideal_boundaries[:3], [1, 1, 1]))
     with pytest.raises(StatsError):
