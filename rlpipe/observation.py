@@ -548,6 +548,7 @@ def _unsound_figures(loads, compute_ms, comm_ms, idle_ms, num_layers, compute_cv
                 return 2
     return 0
 
+
 @njit(cache=True)
 def _stage_times(prefix, roundtrip, boundaries, slowdown, num_layers, link_factor):  # pragma: no cover
     """Each stage's time per micro-batch under the partitioner's cost model, ms."""
