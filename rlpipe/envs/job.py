@@ -81,6 +81,7 @@ class SimulatedJob:
         self.minimum = minimum_per_replica(schedule, num_stages)
         self.even = (microbatches,) * replicas
         self.patterns = rng.random((PATTERNS, replicas * microbatches))
+        self._equal_factors = np.ones(replicas * microbatches)  # every micro-batch's compute factor when equal
         self.unequal = trace.microbatch_spread is not None and bool(np.any(trace.microbatch_spread > 1.0))
         self._activation_bits = costs.activation_bytes * 8e-6
         self._layer_compute = costs.profile.compute_ms()
@@ -155,7 +156,7 @@ class SimulatedJob:
             fwd, bwd, link_ms, sync = self._partition(boundaries)
             pipeline_ms, compute, comm, idle = job_timing_kernel(  # type: ignore[call-arg]
                 *self._graphs(split), fwd, bwd, link_ms, slowdown, links,
-                np.ones(self.replicas * self.microbatches) if factors is None else factors,
+                self._equal_factors if factors is None else factors,
                 float(self.overheads.op_ms), float(self.overheads.iteration_ms))
             iteration = pipeline_ms + (float(sync.max()) if self.replicas > 1 else 0.0)
             timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, sync)
