@@ -57,7 +57,8 @@ class Planner:
         self.prefix_compute_ms = np.concatenate([[0.0], np.cumsum(self.layer_compute_ms)])
         self.roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
         self.inflight = inflight_microbatches(num_stages, microbatches, schedule)
-        self._plan_cache: dict[tuple[float, ...], tuple[int, ...]] = {}
+        self._plan_cache: dict[bytes, tuple[int, ...]] = {}  # keyed by the rounded slowdowns' bytes
+        self._stall_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
         self.roundtrip_by_stage = np.tile(self.roundtrip_ms, (max(num_stages - 1, 1), 1))
         self._memory_cap = np.inf if memory_cap_bytes is None else float(memory_cap_bytes)
         self.ideal_boundaries = self.plan(np.ones(num_stages))
@@ -74,12 +75,13 @@ class Planner:
     def plan(self, slowdown: np.ndarray, current: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """The partition minimising the bottleneck for ``slowdown``; ``current`` when it is as good."""
         # Estimates are rounded to 0.1% so that repeated conditions reuse a plan.
-        key = tuple(np.round(slowdown, 3))
+        rounded = np.round(np.asarray(slowdown, dtype=np.float64), 3)
+        key = rounded.tobytes()
         boundaries = self._plan_cache.get(key)
         if boundaries is None:
             if len(self._plan_cache) > 4096:
                 self._plan_cache.clear()
-            boundaries = self._plan_cache[key] = self._optimal(np.asarray(key))
+            boundaries = self._plan_cache[key] = self._optimal(rounded)
         if current is not None and tuple(current) != boundaries:
             if self.stage_ms(current, slowdown).max() <= self.stage_ms(boundaries, slowdown).max() * (1 + 1e-9):
                 return tuple(current)
@@ -113,8 +115,15 @@ class Planner:
                                    self.bandwidth_gbps).iteration_ms
 
     def stall_s(self, old: tuple[int, ...], new: tuple[int, ...]) -> float:
-        """Seconds a repartition from ``old`` to ``new`` stops training."""
-        return self.migration.stall_s(self.costs.state_bytes, old, new)
+        """Seconds a repartition from ``old`` to ``new`` stops training (cached: the environment and the
+        observation ask for the same few pairs every interval)."""
+        key = (tuple(old), tuple(new))
+        found = self._stall_cache.get(key)
+        if found is None:
+            if len(self._stall_cache) > 4096:
+                self._stall_cache.clear()
+            found = self._stall_cache[key] = self.migration.stall_s(self.costs.state_bytes, old, new)
+        return found
 
     def rebalance_stall_s(self, old: tuple[int, ...], new: tuple[int, ...], iteration_ms: float) -> float:
         """Seconds a new micro-batch split stops training: no state moves, but every stage is rebuilt and
