@@ -208,10 +208,14 @@ class ObservationEncoder:
         self._link_ms_after = np.asarray(link_transfer_ms(costs.activation_bytes, planner.bandwidth_gbps),
                                          dtype=np.float64)  # one-way, if a stage ends after the layer
         self._memory_cap = np.inf if planner.memory_cap_bytes is None else float(planner.memory_cap_bytes)
+        self._inflight = planner.inflight.astype(np.float64)
         width = STAGE_FEATURES + history - 1
         self._boundary_base = s_max * width
         self._replica_base = self._boundary_base + BOUNDARY_FEATURES * (s_max - 1)
         self._global_base = self.size - GLOBAL_FEATURES
+        # each replica's slot, and each of its devices' positions in it
+        self._replica_slots = self._replica_base + (REPLICA_FEATURES + s_max) * np.arange(planner.replicas)
+        self._device_slots = self._replica_slots[:, None] + REPLICA_FEATURES + np.arange(planner.num_stages)
         self._sync_cache: dict[tuple[int, ...], float] = {}
         self.reset()
 
@@ -356,17 +360,23 @@ class ObservationEncoder:
         # before have all recovered and others are disturbed now. On the launch plan, what was lost before
         # was lost to another imbalance, which acting on this one would not have recovered. Away from it the
         # loss may be the plan's own (fitted to a slowdown that ended), and the count goes on.
-        continuing = self.elevated_iterations > stats.iterations
-        at_launch = tuple(stats.boundaries) == planner.ideal_boundaries and self.split == planner.even
-        self.imbalance_moved = (at_launch and bool(ended.any()) and bool(np.any(self.elevated_iterations > 0))
-                                and not bool(continuing.any()))
-        if ended.any():
+        any_ended = bool(ended.any())
+        if any_ended:
+            continuing = self.elevated_iterations > stats.iterations
+            at_launch = tuple(stats.boundaries) == planner.ideal_boundaries and self.split == planner.even
+            self.imbalance_moved = (at_launch and bool(np.any(self.elevated_iterations > 0))
+                                    and not bool(continuing.any()))
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
             self._past_median = float(np.median(self.past_slowdowns))
+        else:
+            self.imbalance_moved = False
         by_device = self.device_estimate.reshape(replicas, num_stages)
-        self.slowdown_estimate = by_device.max(axis=0)
-        history = self._loads.reshape(self.history, replicas, num_stages).max(axis=1)
-        elevated = self.elevated_iterations.reshape(replicas, num_stages).max(axis=0)
+        if replicas == 1:  # a stage group of one: its most loaded member is the device itself
+            self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
+        else:
+            self.slowdown_estimate = by_device.max(axis=0)
+            history = self._loads.reshape(self.history, replicas, num_stages).max(axis=1)
+            elevated = self.elevated_iterations.reshape(replicas, num_stages).max(axis=0)
         observation = np.zeros(self.size)
         replan = np.empty(num_stages, dtype=np.int64)
         figures = np.zeros(3)
@@ -377,7 +387,7 @@ class ObservationEncoder:
                 max(stats.iteration_ms, 1e-9), float(stats.stall_s), current, float(planner.microbatches),
                 self.s_max, self.history, planner.num_layers, planner.ideal_stage_ms, planner.ideal_iteration_ms,
                 planner.layer_compute_ms, planner.prefix_compute_ms, planner.roundtrip_ms, planner.roundtrip_by_stage,
-                planner.costs.state_bytes, planner.costs.activation_bytes, planner.inflight.astype(np.float64),
+                planner.costs.state_bytes, planner.costs.activation_bytes, self._inflight,
                 self._memory_cap, *self._graph, self._prefix_fwd, self._prefix_bwd, self._link_ms_after,
                 planner.migration.overhead_s, planner.migration.bandwidth_gbps, self._one_layer_stall_s,
                 self._global_base)
@@ -411,20 +421,20 @@ class ObservationEncoder:
         best = int(np.argmin(with_split))
         replan_ms, best_replan = (with_split[best], candidates[best]) if with_split[best] < now_ms * (1 - 1e-9) \
             else (now_ms, current)
-        rebalanced = tuple(int(m) for m in balanced[0])
+        rebalanced = tuple(balanced[0].tolist())
         rebalance_ms = with_balanced[0]
         pick = int(np.argmin(with_balanced))
-        both, both_split, both_ms = candidates[pick], tuple(int(m) for m in balanced[pick]), with_balanced[pick]
+        both, both_split, both_ms = candidates[pick], tuple(balanced[pick].tolist()), with_balanced[pick]
         iteration_ms = self.latest.iteration_ms if self.latest is not None else now_ms
         replan_stall = planner.stall_s(current, best_replan)
         rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
         both_stall = planner.change_stall_s((current, split), (both, both_split), iteration_ms)
-        slots = self._replica_base + (REPLICA_FEATURES + self.s_max) * np.arange(planner.replicas)
+        slots = self._replica_slots
         observation[slots] = 1.0
         observation[slots + 1] = np.asarray(split) / planner.microbatches - 1.0
         observation[slots + 2] = replica_worst - 1.0
         observation[slots + 3] = replica_ms / replica_ms.mean() - 1.0
-        observation[slots[:, None] + REPLICA_FEATURES + np.arange(planner.num_stages)] = by_device - 1.0
+        observation[self._device_slots] = by_device - 1.0
         return Targets(best_replan, rebalanced, (both, both_split),
                        np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
 
