@@ -48,6 +48,7 @@ step of training.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -367,7 +368,7 @@ class ObservationEncoder:
             self.imbalance_moved = (at_launch and bool(np.any(self.elevated_iterations > 0))
                                     and not bool(continuing.any()))
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
-            self._past_median = float(np.median(self.past_slowdowns))
+            self._past_median = statistics.median(self.past_slowdowns)
         else:
             self.imbalance_moved = False
         by_device = self.device_estimate.reshape(replicas, num_stages)

@@ -81,16 +81,16 @@ class SimulatedJob:
         self.minimum = minimum_per_replica(schedule, num_stages)
         self.even = (microbatches,) * replicas
         self.patterns = rng.random((PATTERNS, replicas * microbatches))
-        self._equal_factors = np.ones(replicas * microbatches)  # every micro-batch's compute factor when equal
+        # every micro-batch's compute factor when equal, for as many micro-batches as any split runs
+        self._equal_factors = np.ones(replicas * max(microbatches, self.minimum + 1))
         self.unequal = trace.microbatch_spread is not None and bool(np.any(trace.microbatch_spread > 1.0))
         self._activation_bits = costs.activation_bytes * 8e-6
         self._layer_compute = costs.profile.compute_ms()
         self._partition_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._replica_cache: dict[tuple, tuple[float, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._timing_cache: dict[tuple, JobTiming] = {}
         self._graph_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
         self._best_cache: dict[int, tuple[tuple[int, ...], tuple[int, ...], float]] = {}
-        self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray, list[bytes]]] = {}
+        self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # --- one iteration ------------------------------------------------------------------------
 
@@ -105,35 +105,14 @@ class SimulatedJob:
             found = self._partition_cache[boundaries] = (fwd, bwd, links, sync)
         return found
 
-    def _replica(self, boundaries: tuple[int, ...], microbatches: int, slowdown: np.ndarray, links: np.ndarray,
-                 factors: np.ndarray | None, conditions: bytes) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """One replica's pipeline: (iteration ms, compute, comm, idle per stage), cached by its conditions'
-        key ``conditions``."""
-        key = (boundaries, microbatches, conditions, None if factors is None else factors.tobytes())
-        found = self._replica_cache.get(key)
-        if found is None:
-            if len(self._replica_cache) > 50_000:
-                self._replica_cache.clear()
-            fwd, bwd, link_ms, _ = self._partition(boundaries)
-            if len(link_ms) == len(links):
-                link_ms = link_ms / links
-            iteration, compute, comm, idle = simulate_kernel(  # type: ignore[call-arg]
-                *operation_graph(self.num_stages, microbatches, self.schedule), fwd * slowdown, bwd * slowdown,
-                link_ms, float(self.overheads.op_ms), np.ones(microbatches) if factors is None else factors)
-            if self.overheads.iteration_ms:
-                iteration, idle = iteration + self.overheads.iteration_ms, idle + self.overheads.iteration_ms
-            found = self._replica_cache[key] = (float(iteration), compute, comm, np.maximum(idle, 0.0))
-        return found
-
-    def _conditions(self, row: int) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-        """(D, S) slowdowns, (D, S - 1) link factors and each replica's key of trace row ``row`` (cached)."""
+    def _conditions(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """(D, S) slowdowns and (D, S - 1) link factors of trace row ``row`` (cached)."""
         found = self._conditions_cache.get(row)
         if found is None:
             slowdown = np.ascontiguousarray(self.trace.slowdown[row].reshape(self.replicas, self.num_stages))
             links = (np.ones((self.replicas, 1)) if self.num_stages == 1
                      else np.ascontiguousarray(self.trace.replica_links(row, self.replicas)))
-            keys = [slowdown[r].tobytes() + links[r].tobytes() for r in range(self.replicas)]
-            found = self._conditions_cache[row] = (slowdown, links, keys)
+            found = self._conditions_cache[row] = (slowdown, links)
         return found
 
     def _factors(self, row: int, pattern: int) -> np.ndarray | None:
@@ -151,16 +130,23 @@ class SimulatedJob:
         if timing is None:
             if len(self._timing_cache) > 50_000:
                 self._timing_cache.clear()
-            slowdown, links, _ = self._conditions(row)
             factors = self._factors(row, pattern)
-            fwd, bwd, link_ms, sync = self._partition(boundaries)
-            pipeline_ms, compute, comm, idle = job_timing_kernel(  # type: ignore[call-arg]
-                *self._graphs(split), fwd, bwd, link_ms, slowdown, links,
-                self._equal_factors if factors is None else factors,
-                float(self.overheads.op_ms), float(self.overheads.iteration_ms))
-            iteration = pipeline_ms + (float(sync.max()) if self.replicas > 1 else 0.0)
-            timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, sync)
+            pipelines, compute, comm, idle = self._run(boundaries, split, row, factors)
+            iteration = float(pipelines.max()) + (float(self._partition(boundaries)[3].max()) if self.replicas > 1
+                                                  else 0.0)
+            timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, self._partition(boundaries)[3])
         return timing
+
+    def _run(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int,
+             factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every replica's pipeline under row ``row`` in one compiled call: (D,) pipeline ms, and (D, S)
+        compute per micro-batch, communication wait and idle ms."""
+        slowdown, links = self._conditions(row)
+        fwd, bwd, link_ms, _ = self._partition(boundaries)
+        return job_timing_kernel(  # type: ignore[call-arg]
+            *self._graphs(split), fwd, bwd, link_ms, slowdown, links,
+            self._equal_factors if factors is None else factors,
+            float(self.overheads.op_ms), float(self.overheads.iteration_ms))
 
     def _graphs(self, split: tuple[int, ...]) -> tuple[np.ndarray, ...]:
         """Every replica's operation graph for its micro-batches, end to end, then where each replica's
@@ -193,12 +179,9 @@ class SimulatedJob:
         time taken as linear in its micro-batches, from two simulated points)."""
         if self.replicas == 1:
             return self.even
-        slowdown, links, keys = self._conditions(row)
         low, high = self.minimum, max(self.microbatches, self.minimum + 1)
-        at_low = np.array([self._replica(boundaries, low, slowdown[r], links[r], None, keys[r])[0]
-                           for r in range(self.replicas)])
-        at_high = np.array([self._replica(boundaries, high, slowdown[r], links[r], None, keys[r])[0]
-                            for r in range(self.replicas)])
+        at_low = self._run(boundaries, (low,) * self.replicas, row, None)[0]
+        at_high = self._run(boundaries, (high,) * self.replicas, row, None)[0]
         step = (at_high - at_low) / (high - low)
         return balanced_split(at_low - (low - 1) * step, step, self.replicas * self.microbatches, self.minimum)
 
@@ -210,7 +193,7 @@ class SimulatedJob:
         one)."""
         best = self._best_cache.get(row)
         if best is None:
-            slowdown, links, _ = self._conditions(row)
+            slowdown, links = self._conditions(row)
             worst = self._optimal(slowdown.max(axis=0), links.min(axis=0))
             options = [(self.timing(b, self.even, row).iteration_ms, b, self.even)
                        for b in dict.fromkeys((worst, self.ideal_boundaries))]
@@ -313,8 +296,8 @@ def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch
     """One iteration of every replica (replica r: operations ``op_offsets[r]:op_offsets[r + 1]`` of the
     graphs, ``split[r]`` micro-batches, ``slowdown[r]`` on the stages' interference-free ``fwd_ms`` and
     ``bwd_ms``, ``links[r]`` on the links' ``link_ms``, its micro-batches' compute ``factors``), then the
-    job's: (the slowest replica's pipeline ms, and per device compute per micro-batch, communication
-    wait and idle ms, a replica that finished early waiting for the slowest). A replica under the same
+    job's: (each replica's pipeline ms, and per device compute per micro-batch, communication wait and idle
+    ms, a replica that finished early waiting for the slowest). A replica under the same
     conditions as an earlier one is not simulated again."""
     replicas, stages = slowdown.shape
     pipeline = np.empty(replicas)
@@ -345,4 +328,4 @@ def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch
     for r in range(replicas):
         compute[r] /= split[r]
         idle[r] += pipeline_ms - pipeline[r]
-    return pipeline_ms, compute, comm, idle
+    return pipeline, compute, comm, idle
