@@ -47,6 +47,7 @@ step of training.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -236,6 +237,7 @@ class ObservationEncoder:
         # previous ones: the ski-rental counts start again
         self._steady = np.zeros((2, devices))  # each device's mean load since its last change, and the intervals in it
         self.past_slowdowns: list[float] = []  # how long each ended slowdown lasted, iterations
+        self._past_sorted: list[float] = []  # the same, shortest first
         self._past_median = 0.0
         self.latest: IntervalStats | None = None
         self.device_estimate = np.ones(devices)
@@ -324,8 +326,8 @@ class ObservationEncoder:
         seen end: of those that outlasted its age, the share that lasted twice as long (a half-count prior:
         0.5 when none outlasted it)."""
         age = max(self.lost_time.held_iterations, 1)
-        outlasted = sum(1 for length in self.past_slowdowns if length > age)
-        doubled = sum(1 for length in self.past_slowdowns if length > 2 * age)
+        outlasted = len(self._past_sorted) - bisect.bisect_right(self._past_sorted, age)
+        doubled = len(self._past_sorted) - bisect.bisect_right(self._past_sorted, 2 * age)
         return (doubled + 0.5) / (outlasted + 1.0)
 
     # --- observing an interval ----------------------------------------------------------------------
@@ -368,7 +370,8 @@ class ObservationEncoder:
             self.imbalance_moved = (at_launch and bool(np.any(self.elevated_iterations > 0))
                                     and not bool(continuing.any()))
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
-            self._past_median = statistics.median(self.past_slowdowns)
+            self._past_sorted = sorted(self.past_slowdowns)
+            self._past_median = statistics.median(self._past_sorted)
         else:
             self.imbalance_moved = False
         by_device = self.device_estimate.reshape(replicas, num_stages)
