@@ -132,9 +132,9 @@ class SimulatedJob:
                 self._timing_cache.clear()
             factors = self._factors(row, pattern)
             pipelines, compute, comm, idle = self._run(boundaries, split, row, factors)
-            iteration = float(pipelines.max()) + (float(self._partition(boundaries)[3].max()) if self.replicas > 1
-                                                  else 0.0)
-            timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, self._partition(boundaries)[3])
+            sync = self._partition(boundaries)[3]
+            iteration = float(pipelines.max()) + (float(sync.max()) if self.replicas > 1 else 0.0)
+            timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, sync)
         return timing
 
     def _run(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int,
