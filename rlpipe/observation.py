@@ -363,8 +363,7 @@ class ObservationEncoder:
         # before have all recovered and others are disturbed now. On the launch plan, what was lost before
         # was lost to another imbalance, which acting on this one would not have recovered. Away from it the
         # loss may be the plan's own (fitted to a slowdown that ended), and the count goes on.
-        any_ended = bool(ended.any())
-        if any_ended:
+        if ended.any():
             continuing = self.elevated_iterations > stats.iterations
             at_launch = tuple(stats.boundaries) == planner.ideal_boundaries and self.split == planner.even
             self.imbalance_moved = (at_launch and bool(np.any(self.elevated_iterations > 0))
