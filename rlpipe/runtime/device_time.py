@@ -3,7 +3,8 @@
 Real: whatever the host gives the chunk (on a CPU box with more stage processes than cores that is
 contention, not a pipeline); injected interference stretches it (``throttle``) or competes with it
 (``colocate``). Emulated: the chunk runs for real, then the stage sleeps (never spins) until it has
-taken the profile's time for its layers x a scale x the injected slowdown, as a host waits on its GPU.
+taken the profile's time for its layers x a scale x the injected slowdown, as a host waits on its GPU;
+that time is the chunk's device time, whenever the host wakes.
 A chunk whose real compute overran its emulated time is counted: if more than 5% do, the emulation
 did not hold and the run says so.
 """
@@ -67,6 +68,7 @@ class DeviceClock:
         self.compute_s = 0.0
         self.staging_s = 0.0  # copies across the host boundary inside chunks (host-staged transport): communication
         self.chunks = self.overran = 0
+        self.slowed_s = self.undisturbed_s = 0.0  # emulated: chunks' device time with and without the injection
         self.oversleep_s = 0.0  # how much longer than asked a sleep lasts here (running mean), taken off the next
 
     def set_stage(self, forward_ms: float, backward_ms: float) -> None:
@@ -88,13 +90,28 @@ class DeviceClock:
                 began, device_s = start + staged_s, (self.backward_ms if backward else self.forward_ms) / 1e3
                 done = self.injector.finish_time(began, device_s) if self.injector is not None else began + device_s
                 self.chunks += 1
+                self.slowed_s, self.undisturbed_s = self.slowed_s + done - began, self.undisturbed_s + device_s
                 if real_s > done - began:
                     self.overran += 1
                 else:
                     self._sleep_until(done)
-            elif self.injector is not None:
-                self.injector.stretch(start, real_s)
-            self.compute_s += time.perf_counter() - start - staged_s
+                # the device's time is the emulated one (or the real compute that overran it): a host that wakes
+                # late from its sleep delays the next launch, as a busy host does a GPU's, without the device
+                # having been slower (read as its load, one late wake-up showed a phantom 1.5x straggler)
+                self.compute_s += max(real_s, done - began)
+            else:
+                if self.injector is not None:
+                    self.injector.stretch(start, real_s)
+                self.compute_s += time.perf_counter() - start - staged_s
+
+    def take_met_slowdown(self) -> float:
+        """The injected slowdown as this device's chunks since the last call met it: their emulated time over
+        their undisturbed time (NaN with real device time, or where no chunk ran). A pipeline stage is idle
+        for part of an iteration, so a slowdown that starts or ends inside one slows a share of its work
+        that the iteration's span does not tell."""
+        met = self.slowed_s / self.undisturbed_s if self.undisturbed_s > 0 else math.nan
+        self.slowed_s = self.undisturbed_s = 0.0
+        return met
 
     def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline`` (a perf_counter time), asking for less by the usual oversleep."""

@@ -138,10 +138,11 @@ def test_rlpipe_run_of_a_hybrid_job_trains_alike_whatever_moves(tmp_path, whole_
     members = [[r["stages"][s]["sync_ms"] for r in last["replicas"]] for s in range(2)]
     assert last["sync_ms"] == [min(times) for times in members]
     assert max(members[0]) > 3 * min(members[0])  # the wait is there to be left out
-    assert last["injected_slowdown"] == [1.0, 1.0, 3.0, 1.0]
+    assert last["injected_slowdown"] == [1.0, 1.0, 3.0, 1.0]  # as each device's chunks met it
     loads = [[s["device_load"] for s in r["stages"]] for r in last["replicas"]]
-    # the straggler shows where it is: 3x slower than the others (whose emulation a busy machine can overrun
-    # by a fifth: 1.18 beside two spinning processes)
+    # the straggler shows where it is: 3x slower than the others, whose load is their emulated device time,
+    # however late a busy host wakes from its sleeps (read from the wall, one device showed 1.55 in CI),
+    # unless their real compute overruns it (1.18 beside two spinning processes)
     others = (loads[0][0], loads[0][1], loads[1][1])
     assert loads[1][0] == pytest.approx(3.0, rel=0.2) and loads[1][0] > 2 * max(others), loads
     assert last["stages"][0]["device_load"] == loads[1][0]  # a stage group's figures: its slowest member's
