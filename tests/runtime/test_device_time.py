@@ -60,6 +60,7 @@ def test_a_chunk_slower_than_its_device_time_is_counted_and_not_stretched(monkey
 def test_a_host_that_wakes_late_leaves_the_emulated_device_time_as_it_was(monkeypatch):
     real_sleep = time.sleep
     monkeypatch.setattr(time, "sleep", lambda seconds: real_sleep(seconds + 0.05))  # descheduled for 50 ms
+
     def compute_briefly():
         real_sleep(0.005)
 
