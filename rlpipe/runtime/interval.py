@@ -29,6 +29,8 @@ class IntervalMeter:
         conditions: per iteration, the partition, the injected slowdown of every device and the
             micro-batch split it ran under, and whether it was a warm-up step (a new stage's first, which
             infers shapes).
+        met_slowdowns: per iteration, the injected slowdown this rank's device met (emulated device time:
+            its chunks' emulated time over their undisturbed time; NaN otherwise).
         warmup_s: wall seconds of the warm-up steps among them.
     """
 
@@ -39,6 +41,7 @@ class IntervalMeter:
     repartitions: list[Repartition] = field(default_factory=list)
     rebalances: list[dict[str, Any]] = field(default_factory=list)
     conditions: list[tuple[tuple[int, ...], np.ndarray, tuple[int, ...], bool]] = field(default_factory=list)
+    met_slowdowns: list[float] = field(default_factory=list)
     warmup_s: float = 0.0
 
     @property

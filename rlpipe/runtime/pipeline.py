@@ -172,7 +172,6 @@ class AdaptivePipeline:
         self._pending_split: tuple[int, ...] | None = None
         self._last_plan: tuple | None = None
         self.meter = IntervalMeter()
-        self._met_slowdowns: list[float] = []  # per iteration of the interval, this device's (DeviceClock's)
         self.start = time.perf_counter()
         self.training_start: float | None = None
 
@@ -319,7 +318,7 @@ class AdaptivePipeline:
         self.meter.samples += plan.rows
         self.meter.conditions.append((self.stage.boundaries, self._injected_slowdown(trace_start_s), plan.split,
                                       warmup))
-        self._met_slowdowns.append(self.clock.take_met_slowdown())
+        self.meter.met_slowdowns.append(self.clock.take_met_slowdown())
         self.iteration += 1
         if self.iteration % self.config.interval == 0 or self.iteration == self.config.total_iterations:
             self.end_interval()
@@ -375,7 +374,7 @@ class AdaptivePipeline:
         (collective), where the trace's over the iteration's span assumed each device busy throughout it.
         Read so, an iteration that a 4x slowdown ended inside was predicted 8-25% fast: the slowed stage, the
         bottleneck, had worked through the slowdown and then waited for its neighbours."""
-        own = torch.tensor(self._met_slowdowns, dtype=torch.float64, device=self.wire)
+        own = torch.tensor(self.meter.met_slowdowns, dtype=torch.float64, device=self.wire)
         everyone = [torch.zeros_like(own) for _ in range(self.world)]
         dist.all_gather(everyone, own)
         # (device, iteration); perf_counter's arithmetic leaves ~1e-10 on the ratio: an undisturbed device reads 1.0
@@ -428,7 +427,7 @@ class AdaptivePipeline:
                 record["device_time_scale"] = self.plan.device_time_scale
                 self.publisher.rescale(self.plan.device_time_scale, rescaled)
             self.publisher.publish(record)
-        self.meter, self._met_slowdowns = IntervalMeter(), []
+        self.meter = IntervalMeter()
         if target is not None and target != self.stage.boundaries:
             self.repartition(target)
         if split is not None and split != self.split:
