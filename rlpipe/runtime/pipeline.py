@@ -57,6 +57,7 @@ from rlpipe.runtime.startup import (
     process_rss_bytes,
     start_process_group,
 )
+from rlpipe.runtime.step_costs import measure_step_costs
 from rlpipe.simulator import MigrationCost, Overheads, PipelineCosts
 from rlpipe.split import check_split, even_split, minimum_per_replica
 from rlpipe.stats import IntervalStats
@@ -237,6 +238,8 @@ class AdaptivePipeline:
         if self._pending_state is not None:
             self._apply_state(self._pending_state)
             self._pending_state = None
+        self.step_costs = measure_step_costs(self.stage.owned_params(), self.optimizer_factory, self.stage.sync,
+                                             self.mesh, self.wire)
         if self.rank == 0:
             assert profile is not None
             device_profile = profile.device
@@ -246,7 +249,7 @@ class AdaptivePipeline:
                 self.controller = Controller(config.policy, device_profile, dims.stages, config.schedule,
                                              config.microbatches, migration, config.fallback, dims.replicas)
             self.publisher = Publisher(config, dims, PipelineCosts(device_profile), self._run_header(profile),
-                                       self.overheads, self.bandwidth_gbps)
+                                       self.overheads, self.bandwidth_gbps, self.step_costs)
             emulation = (f"; device time emulated at {plan.device_time_scale:g} x the profile"
                          if config.device_time == "emulated" else "; device time real")
             layout = f"{dims.replicas} replicas x " if dims.replicas > 1 else ""
@@ -264,7 +267,8 @@ class AdaptivePipeline:
                 "device_time_scale": self.plan.device_time_scale, "oversubscribed": self.oversubscribed,
                 "processes": self.processes, "cores": self.cores, "p2p_gbps": self.bandwidth_gbps,
                 "transport": self.transport.name, "device": str(self.device),
-                "op_overhead_ms": self.overheads.op_ms, "forward_ms": self.plan.forward_ms.tolist(),
+                "op_overhead_ms": self.overheads.op_ms, "sync_gbps": self.step_costs.sync_gbps,
+                "optimizer_ms_per_mb": self.step_costs.optimizer_ms_per_mb, "forward_ms": self.plan.forward_ms.tolist(),
                 "backward_ms": self.plan.backward_ms.tolist(),
                 "activation_bytes": device_profile.activation_bytes().tolist(),
                 "param_bytes": [layer.param_bytes for layer in device_profile.layers],

@@ -4,6 +4,7 @@ simulator's prediction beside the measurement), and the progress a person watche
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -13,6 +14,7 @@ from rlpipe.runtime.config import PipelineConfig
 from rlpipe.runtime.interval import IntervalMeter
 from rlpipe.runtime.mesh import ParallelDims
 from rlpipe.runtime.progress import RunProgress
+from rlpipe.runtime.step_costs import StepCosts
 from rlpipe.simulator import Overheads, PipelineCosts
 
 
@@ -25,13 +27,14 @@ class Publisher:
         predictor: the simulator's model of the run (the profile in device time).
         header: what the log's first record says of the whole run (see :mod:`rlpipe.runlog`).
         overheads: the host overheads the prediction includes.
-        bandwidth_gbps: the measured point-to-point bandwidth (pipeline and data-parallel links), Gbit/s.
+        bandwidth_gbps: the measured point-to-point bandwidth (pipeline links), Gbit/s.
+        step_costs: the gradient sync and optimizer step the prediction includes (measured at start-up).
     """
 
     def __init__(self, config: PipelineConfig, dims: ParallelDims, predictor: PipelineCosts, header: dict[str, Any],
-                 overheads: Overheads, bandwidth_gbps: float):
+                 overheads: Overheads, bandwidth_gbps: float, step_costs: StepCosts):
         self.config, self.dims, self.predictor, self.header = config, dims, predictor, header
-        self.overheads, self.bandwidth_gbps = overheads, bandwidth_gbps
+        self.overheads, self.bandwidth_gbps, self.step_costs = overheads, bandwidth_gbps, step_costs
         self.log: IO[str] | None = None
         if config.log:
             Path(config.log).parent.mkdir(parents=True, exist_ok=True)
@@ -43,14 +46,18 @@ class Publisher:
     def prediction(self, meter: IntervalMeter) -> dict[str, Any]:
         """What the simulator predicts for the interval's steady iterations (warm-up steps left out, as
         in ``iteration_ms``): their mean iteration time and each stage's compute per micro-batch (its
-        stage group's slowest member), for the partitions, splits and injected slowdowns they ran under."""
+        stage group's slowest member), for the partitions, splits and injected slowdowns they ran under.
+        Each iteration ends with the gradient sync and the optimizer step of the stage holding the most
+        parameters."""
         dims, bandwidth = self.dims, self.bandwidth_gbps or np.inf
         iteration_ms, stage_ms = [], []
         steady = [c for c in meter.conditions if not c[-1]] or meter.conditions
         for boundaries, slowdown, split, _ in steady:
+            step_ms = self.step_costs.optimizer_ms(float(self.predictor.stage_param_bytes(boundaries).max()))
             timing = self.predictor.simulate_hybrid(boundaries, self.config.schedule, split,
                                                     np.reshape(slowdown, (dims.replicas, dims.stages)), bandwidth,
-                                                    overheads=self.overheads)
+                                                    overheads=replace(self.overheads, iteration_ms=step_ms),
+                                                    dp_bandwidth_gbps=self.step_costs.sync_gbps or bandwidth)
             iteration_ms.append(timing.iteration_ms)
             stage_ms.append(np.max([t.compute_ms / m for t, m in zip(timing.replicas, split, strict=True)], axis=0))
         return {"predicted_iteration_ms": float(np.mean(iteration_ms)),
