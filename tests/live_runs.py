@@ -134,6 +134,13 @@ def rlpipe_run(tmp_path, name, *args, timeout=240, env: dict[str, str] | None = 
     return read_log(log), torch.load(params, weights_only=True)
 
 
+def overran_share(records) -> float:
+    """The share of a run's compute chunks that overran their emulated device time (1.0: none timed); over
+    0.05, the emulation did not hold (the run says so) and the run measured the host, not the devices."""
+    chunks = sum(r["emulation"]["chunks"] for r in records if "emulation" in r)
+    return sum(r["emulation"]["overran"] for r in records if "emulation" in r) / chunks if chunks else 1.0
+
+
 def losses(records):
     return [loss for record in records for loss in record["losses"]]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_runs import ENV, ForeignCpu, core_speed, free_core_share, run_summary
+from live_runs import ENV, ForeignCpu, core_speed, free_core_share, overran_share, run_summary
 
 from rlpipe.calibration import Calibration, calibrated_iteration_ms
 from rlpipe.interference import InterferenceTrace
@@ -129,12 +129,6 @@ def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, sta
     if trace:
         assert max(max(r["injected_slowdown"]) for r in records) > 1.5  # the slowdown was on during the run
     assert "overran their emulated time" in run_summary(stdout)
-
-
-def overran_share(records) -> float:
-    """The share of a run's compute chunks that overran their emulated device time (1.0: none timed)."""
-    chunks = sum(r["emulation"]["chunks"] for r in records)
-    return sum(r["emulation"]["overran"] for r in records) / chunks if chunks else 1.0
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from live_runs import ENV as LIVE_ENV
-from live_runs import assert_same_training, losses, rlpipe_run
+from live_runs import assert_same_training, losses, overran_share, rlpipe_run
 
 from rlpipe.errors import InputError
 from rlpipe.runtime.mesh import GradientSync, ParallelDims
@@ -124,9 +124,11 @@ def test_rlpipe_run_of_a_hybrid_job_trains_alike_whatever_moves(tmp_path, whole_
     # emulated device time: a stage's load is then its device's (the profile's time x the injected slowdown),
     # not whatever share of 2 cores four stage processes and a neighbour get (real time left the straggler's
     # load below the others' on a busy CI machine)
-    moving = rlpipe_run(tmp_path, "moving", *HYBRID, "--iterations", "8", "--policy", "threshold",
-                        "--repartition-at", "2:0,3", "5:0,5", "--rebalance-at", "3:3,5", "6:2,6",
-                        "--interference", f"trace:{straggler}", "--device-time", "emulated")
+    args = [*HYBRID, "--iterations", "8", "--policy", "threshold", "--repartition-at", "2:0,3", "5:0,5",
+            "--rebalance-at", "3:3,5", "6:2,6", "--interference", f"trace:{straggler}", "--device-time", "emulated"]
+    moving = rlpipe_run(tmp_path, "moving", *args)
+    if overran_share(moving[0]) > 0.05:  # a busy host broke the emulation (28% of chunks overran, here with a
+        moving = rlpipe_run(tmp_path, "moving-again", *args)  # third of the CPU stolen): loads were the host's
     assert_same_training(whole_hybrid_run, moving)
     records = moving[0]
     assert [r["microbatch_split"] for r in records] == [[4, 4], [3, 5], [3, 5], [2, 6]]
