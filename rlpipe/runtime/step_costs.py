@@ -53,7 +53,7 @@ def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerF
     the ranks). One group at a time because that is how an iteration ends: the stage that finishes its
     pipeline last (the first, in 1F1B) syncs and steps while the others wait on it; timed all at once,
     four processes on two cores measured each step twice as long as training spends on it."""
-    stand_ins = _stand_ins(params)
+    stand_ins = stand_ins_of(params)
     stand_in_mb = sum(p.numel() * p.element_size() for p in stand_ins) / MEGABYTE
     sync_s = step_s = 0.0
     for stage in range(mesh.dims.stages):
@@ -61,7 +61,7 @@ def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerF
         if stage == mesh.stage:
             sync(stand_ins, 1.0)  # warm: the group's first collective of this size
             sync_s = float(np.median([sync(stand_ins, 1.0) for _ in range(repeats)]))
-            step_s = _optimizer_step_s(stand_ins, optimizer_factory, repeats)
+            step_s = optimizer_step_s(stand_ins, optimizer_factory, repeats)
     replicas = mesh.dims.replicas
     ring_gbit = stand_in_mb * MEGABYTE * 2 * (replicas - 1) / replicas * 8 / 1e9
     rates = torch.tensor([ring_gbit / sync_s if sync_s > 0 else math.nan,
@@ -74,7 +74,7 @@ def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerF
                      float(optimizer_ms_per_mb) if np.isfinite(optimizer_ms_per_mb) else 0.0)
 
 
-def _stand_ins(params: list[nn.Parameter]) -> list[nn.Parameter]:
+def stand_ins_of(params: list[nn.Parameter]) -> list[nn.Parameter]:
     """Zero parameters (with zero gradients) shaped like the first ``STAND_IN_BYTES`` of ``params``."""
     stand_ins, total = [], 0
     for p in params:
@@ -87,7 +87,7 @@ def _stand_ins(params: list[nn.Parameter]) -> list[nn.Parameter]:
     return stand_ins
 
 
-def _optimizer_step_s(stand_ins: list[nn.Parameter], optimizer_factory: OptimizerFactory,
+def optimizer_step_s(stand_ins: list[nn.Parameter], optimizer_factory: OptimizerFactory,
                       repeats: int) -> float:
     """One optimizer step over ``stand_ins``, s: the median of ``repeats`` (the first step, which builds the
     state, left out)."""

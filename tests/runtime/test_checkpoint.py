@@ -36,13 +36,21 @@ def test_resume_continues_with_the_same_losses(tmp_path):
     assert_same_training(whole, (first[0] + second[0], second[1]))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("resumed_stages", [2, 3])
-def test_a_checkpoint_of_four_stages_resumes_on_another_stage_count(tmp_path, resumed_stages):
+@pytest.fixture(scope="module")
+def four_stage_checkpoint(tmp_path_factory):
+    """Eight iterations of four stages, and the first four of them checkpointed (resuming only reads it)."""
+    tmp_path = tmp_path_factory.mktemp("four")
     whole = rlpipe_run(tmp_path, "whole", *MLP, "--stages", "4", "--iterations", "8")
     checkpoints = tmp_path / "ckpt"
     first = rlpipe_run(tmp_path, "first", *MLP, "--stages", "4", "--iterations", "4", "--checkpoint-every", "4",
                        "--checkpoint-dir", str(checkpoints))
+    return whole, first, checkpoints
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resumed_stages", [2, 3])
+def test_a_checkpoint_of_four_stages_resumes_on_another_stage_count(tmp_path, four_stage_checkpoint, resumed_stages):
+    whole, first, checkpoints = four_stage_checkpoint
     second = rlpipe_run(tmp_path, "second", *MLP, "--stages", str(resumed_stages), "--iterations", "8",
                         "--resume", str(checkpoints))
     assert len(first[0][-1]["boundaries"]) == 4 and len(second[0][0]["boundaries"]) == resumed_stages

@@ -39,10 +39,12 @@ MOVES = {2: ["3:0,2", "6:0,5", "9:0,3"], 4: ["3:0,1,3,5", "6:0,3,5,6", "9:0,2,4,
 def test_a_users_loop_trains_like_one_process_and_each_rank_holds_only_its_stage(tmp_path, stages, optimizer,
                                                                                  schedule):
     reference = own_loop.single_process(optimizer)
-    still = torchrun(tmp_path, stages, optimizer, schedule)
     moving = torchrun(tmp_path, stages, optimizer, schedule, *MOVES[stages])
+    # the run without moves is the control that tells a fault of the moves from one of the loop: at two stages
+    # only, where it costs half (the moving run checks everything it would at four)
+    runs = [moving, torchrun(tmp_path, stages, optimizer, schedule)] if stages == 2 else [moving]
     model_bytes = sum(p.numel() * p.element_size() for layer in own_loop.model() for p in layer.parameters())
-    for found in (still, moving):
+    for found in runs:
         assert len(found["losses"]) == len(reference)
         assert all(abs(a - b) <= 1e-5 for a, b in zip(found["losses"], reference, strict=True)), (found, reference)
         for per_stage in found["resident"]:  # every interval, before and after the repartitions
@@ -51,7 +53,7 @@ def test_a_users_loop_trains_like_one_process_and_each_rank_holds_only_its_stage
     assert moving["boundaries"][-1] == [int(b) for b in MOVES[stages][-1].split(":")[1].split(",")]
     # close() leaves no process group for the interpreter's exit to destroy (where a gloo worker thread
     # releasing a tensor aborted a rank, one run in 20 on 2 cores: "terminate called without an active exception")
-    assert still["groups_alive_after_close"] == moving["groups_alive_after_close"] == 0
+    assert all(found["groups_alive_after_close"] == 0 for found in runs)
 
 
 def test_bad_arguments_name_the_argument(monkeypatch):
