@@ -1,10 +1,10 @@
 """What an iteration costs after its pipeline, measured at start-up for the simulator's prediction: the
 stage groups' gradient sync and the optimizer step.
 
-Both run on the host as they will in training (every rank at once), on stand-ins shaped like this rank's
-parameters, so that the real parameters, gradients and optimizer state are never touched. Neither is
-device time: with emulated device time they are what the host really spends, and without them the
-prediction of a hybrid job ran 3-8% under the live iteration (an Adam step over a stage of 1M parameters
+Both run on the host as they do in training, one stage group at a time, on stand-ins shaped like this
+rank's parameters, so that the real parameters, gradients and optimizer state are never touched. Neither
+is device time: with emulated device time they are what the host really spends, and without them the
+prediction of a hybrid job ran 3-13% under the live iteration (an Adam step over a stage of 1M parameters
 took 16 ms on this CPU, and the all-reduce of its gradients 2-4x the point-to-point estimate).
 """
 
@@ -87,8 +87,7 @@ def stand_ins_of(params: list[nn.Parameter]) -> list[nn.Parameter]:
     return stand_ins
 
 
-def optimizer_step_s(stand_ins: list[nn.Parameter], optimizer_factory: OptimizerFactory,
-                      repeats: int) -> float:
+def optimizer_step_s(stand_ins: list[nn.Parameter], optimizer_factory: OptimizerFactory, repeats: int) -> float:
     """One optimizer step over ``stand_ins``, s: the median of ``repeats`` (the first step, which builds the
     state, left out)."""
     if not stand_ins:
