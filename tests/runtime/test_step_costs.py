@@ -1,5 +1,5 @@
-"""The end of an iteration measured at start-up, on stand-ins of a stage's parameters (the live runs in
-test_hybrid.py and test_live_repartition.py read the measured figures from their logs' headers)."""
+"""The end of an iteration measured at start-up, on stand-ins of a stage's parameters (the live prediction
+tests in test_device_time.py read the measured figures from their logs' headers)."""
 
 import pytest
 import torch
