@@ -24,7 +24,7 @@ from rlpipe.runtime.stage import OptimizerFactory
 
 STAND_IN_BYTES = 64 * 2**20  # the measurement copies at most this much of a stage's parameters (x3 with Adam's
 # state); the costs are read per byte, so a larger stage is timed on part of it
-MEGABYTE = 2**20
+MEGABYTE = 2**20  # a MiB
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class StepCosts:
     Attributes:
         sync_gbps: the stage groups' gradient all-reduce as a ring over links of this bandwidth (what it
             took for its bytes, copies into and out of the bucket included), Gbit/s; ``None`` with one replica.
-        optimizer_ms_per_mb: the optimizer step per megabyte (2**20 bytes) of a stage's parameters, ms
+        optimizer_ms_per_mb: the optimizer step per MiB (2**20 bytes) of a stage's parameters, ms
             (0 where the step could not be timed: an optimizer whose step needs a closure).
     """
 
@@ -54,19 +54,20 @@ def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerF
     pipeline last (the first, in 1F1B) syncs and steps while the others wait on it; timed all at once,
     four processes on two cores measured each step twice as long as training spends on it."""
     stand_ins = stand_ins_of(params)
-    stand_in_mb = sum(p.numel() * p.element_size() for p in stand_ins) / MEGABYTE
+    stand_in_bytes = sum(p.numel() * p.element_size() for p in stand_ins)
+    replicas = mesh.dims.replicas
     sync_s = step_s = 0.0
     for stage in range(mesh.dims.stages):
         dist.barrier()
         if stage == mesh.stage:
-            sync(stand_ins, 1.0)  # warm: the group's first collective of this size
-            sync_s = float(np.median([sync(stand_ins, 1.0) for _ in range(repeats)]))
+            if replicas > 1:  # one replica has no gradients to sum
+                sync(stand_ins, 1.0)  # warm: the group's first collective of this size
+                sync_s = float(np.median([sync(stand_ins, 1.0) for _ in range(repeats)]))
             step_s = optimizer_step_s(stand_ins, optimizer_factory, repeats)
-    replicas = mesh.dims.replicas
-    ring_gbit = stand_in_mb * MEGABYTE * 2 * (replicas - 1) / replicas * 8 / 1e9
+    ring_gbit = stand_in_bytes * 2 * (replicas - 1) / replicas * 8 / 1e9
     rates = torch.tensor([ring_gbit / sync_s if sync_s > 0 else math.nan,
-                          step_s * 1e3 / stand_in_mb if stand_in_mb > 0 else math.nan], dtype=torch.float64,
-                         device=wire)
+                          step_s * 1e3 / (stand_in_bytes / MEGABYTE) if stand_in_bytes else math.nan],
+                         dtype=torch.float64, device=wire)
     everyone = [torch.zeros_like(rates) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, rates)
     sync_gbps, optimizer_ms_per_mb = np.nanmedian(torch.stack(everyone).cpu().numpy(), axis=0)
