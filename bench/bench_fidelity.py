@@ -2,13 +2,14 @@
 and without injected slowdowns. Per run, the median over intervals of |live / predicted iteration time
 - 1|; then calibration earning its keep: ``rlpipe calibrate`` fitted on half the runs (the 1F1B ones)
 predicts the other half (GPipe, other stage counts and traces) better than the uncalibrated simulator.
+The runs' logs stay in ``runs/bench_fidelity/`` (``rlpipe calibrate`` and ``rlpipe report`` read them).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +22,8 @@ GRID = [(stages, schedule, interference) for stages in (2, 4, 8) for schedule in
 ITERATIONS = 40
 
 
-def one_run(root: Path, tmp: Path, stages: int, schedule: str, interference: str | None) -> list[dict]:
-    log = tmp / f"{stages}-{schedule}-{interference or 'none'}.jsonl"
+def one_run(root: Path, folder: Path, stages: int, schedule: str, interference: str | None) -> list[dict]:
+    log = folder / f"{stages}-{schedule}-{interference or 'none'}.jsonl"
     microbatches = max(stages, 4)
     args = ["--model", "transformer", "--layers", "12", "--stages", str(stages), "--schedule", schedule,
             "--microbatches", str(microbatches), "--batch", str(4 * microbatches), "--iterations", str(ITERATIONS),
@@ -41,12 +42,14 @@ def median_error(records: list[dict], predicted: list[float | None] | None = Non
 
 def run() -> dict:
     root = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory() as folder:
-        runs = {}
-        for stages, schedule, interference in GRID:
-            name = f"{stages} stages, {schedule}, {interference or 'no interference'}"
-            print(f"  {name}", flush=True)
-            runs[name] = one_run(root, Path(folder), stages, schedule, interference)
+    folder = root / "runs" / "bench_fidelity"
+    shutil.rmtree(folder, ignore_errors=True)  # this run's logs only
+    folder.mkdir(parents=True)
+    runs = {}
+    for stages, schedule, interference in GRID:
+        name = f"{stages} stages, {schedule}, {interference or 'no interference'}"
+        print(f"  {name}", flush=True)
+        runs[name] = one_run(root, folder, stages, schedule, interference)
     rows = {name: {"fidelity": median_error(records),
                    "overran": sum(r["emulation"]["overran"] for r in records)
                    / max(sum(r["emulation"]["chunks"] for r in records), 1),
@@ -56,7 +59,8 @@ def run() -> dict:
     held_out = {name: (median_error(records), median_error(records, calibrated_iteration_ms(records, calibration)))
                 for name, records in runs.items() if name not in fitted_on}
     lines = ["Emulated device time, 12-layer transformer, 40 iterations, 5-iteration intervals; fidelity = median "
-             "over intervals of |live / predicted iteration time - 1| (goal <= 0.10).", "",
+             "over intervals of |live / predicted iteration time - 1| (goal <= 0.10). The logs: "
+             "`runs/bench_fidelity/` (not committed).", "",
              "| run | device-time scale | overran | fidelity |", "|---|---|---|---|"]
     lines += [f"| {name} | {r['scale']:g} | {r['overran']:.1%} | {r['fidelity']:.3f} |" for name, r in rows.items()]
     lines += ["", f"Calibration fitted on the {len(fitted_on)} 1F1B runs, judged on the others (goal <= 0.05):", "",

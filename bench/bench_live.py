@@ -31,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rlpipe.calibration import simulate_record
-from rlpipe.runlog import load_run, run_headers, warmup_extra_s
+from rlpipe.calibration import replayed_iteration_ms
+from rlpipe.runlog import load_run, warmup_extra_s
 from rlpipe.runtime.device_time import comparison_scale
-from rlpipe.simulator import Overheads
 
 POLICIES = ["static", "greedy", "dynpipe", "threshold", "falcon", "ppo"]
 REPEATS = 3
@@ -56,13 +55,14 @@ SETUPS = {  # name: (layout arguments, processes, {window: policies})
 
 def simulated_samples_s(records: list[dict]) -> float:
     """What the simulator predicts for the run: each interval's iterations at the simulated iteration
-    time of its partition, split and mean injected slowdowns (with the host overhead measured at
-    start-up), plus the run's measured stalls and what its warm-up steps took beyond ordinary iterations
-    (every iteration, warm-ups included, is simulated once)."""
+    time of its partition, split and mean injected slowdowns (with what the run measured at start-up: the
+    host overhead per operation, the optimizer step and the gradient sync), plus the run's measured stalls
+    and what its warm-up steps took beyond ordinary iterations (every iteration, warm-ups included, is
+    simulated once)."""
     seconds = samples = 0.0
-    for record, header in zip(records, run_headers(records), strict=True):
+    for record, iteration_ms in zip(records, replayed_iteration_ms(records), strict=True):
+        assert iteration_ms is not None  # a run's log starts with its header
         iterations = len(record["losses"]) or 1
-        iteration_ms = simulate_record(record, header, overheads=Overheads(op_ms=header.get("op_overhead_ms", 0.0)))
         seconds += iterations * iteration_ms / 1e3 + record.get("stall_s", 0.0) + warmup_extra_s(record)
         samples += record["throughput_samples_s"] * record["interval_s"]
     return samples / seconds

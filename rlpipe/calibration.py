@@ -22,7 +22,7 @@ from rlpipe.errors import InputError
 from rlpipe.fields import is_number
 from rlpipe.files import read_json
 from rlpipe.profile import LayerCost, LayerProfile
-from rlpipe.runlog import run_headers, warmup_extra_s
+from rlpipe.runlog import device_time_factors, run_headers, warmup_extra_s
 from rlpipe.simulator import Overheads, PipelineCosts
 
 OUTLIER_SIGMAS = 4.0  # a log ratio this many robust sigmas from its stage's bias is an outlier
@@ -32,8 +32,12 @@ MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma over its median absolute 
 LIMITS = {"compute_bias": 100.0, "stage_bias_spread": 3.0, "noise_sigma": 3.0, "outlier_probability": 1.0,
           "outlier_scale": 100.0, "op_overhead_ms": 60_000.0, "op_overhead_fraction": 100.0,
           "iteration_overhead_ms": 3_600_000.0, "iteration_overhead_fraction": 100.0, "migration_overhead_s": 3600.0,
-          "p2p_gbps": 1e6, "runs": 1e6, "intervals": 1e9}
+          "p2p_gbps": 1e6, "runs": 1e6, "intervals": 1e9, "measured_op_overhead_ms": 60_000.0,
+          "measured_iteration_overhead_ms": 3_600_000.0}
 """The largest value a fit may hold (a file beyond one is damaged, and would overflow the simulator)."""
+OPTIONAL = ("measured_op_overhead_ms", "measured_iteration_overhead_ms")  # absent from files written before them
+NONE_ALLOWED = ("migration_overhead_s", *OPTIONAL)
+MEBIBYTE = 2**20  # a header's optimizer_ms_per_mb is per MiB
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,13 @@ class Calibration:
         p2p_gbps: the median measured point-to-point bandwidth, Gbit/s.
         runs: logs fitted.
         intervals: intervals fitted.
+        measured_op_overhead_ms: the part of ``op_overhead_ms`` the fitted runs measured at start-up (their
+            headers' ``op_overhead_ms``, the mean over the intervals fitted), ms. A prediction for a run that
+            measured its own adds to it only the rest, which the fit found beyond the measurement.
+        measured_iteration_overhead_ms: the same for ``iteration_overhead_ms``: the optimizer step of the
+            stage holding the most parameters, from the headers' ``optimizer_ms_per_mb``, ms. Both ``None``
+            where the fitted logs measured nothing (runs of an rlpipe before the start-up measurements, or
+            a file written then): the overheads are then used whole.
     """
 
     compute_bias: float
@@ -74,6 +85,8 @@ class Calibration:
     p2p_gbps: float
     runs: int
     intervals: int
+    measured_op_overhead_ms: float | None = None
+    measured_iteration_overhead_ms: float | None = None
 
     @property
     def overheads(self) -> Overheads:
@@ -91,10 +104,10 @@ class Calibration:
             raise InputError(f"{path}: expected a JSON object written by rlpipe calibrate")
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name not in data:
+            if f.name not in data and f.name not in OPTIONAL:
                 raise InputError(f"{path}: missing field '{f.name}'")
-            value = data[f.name]
-            if value is None and f.name == "migration_overhead_s":
+            value: Any = data.get(f.name)
+            if value is None and f.name in NONE_ALLOWED:
                 values[f.name] = None
                 continue
             if not is_number(value):
@@ -110,29 +123,53 @@ class Calibration:
         return cls(**values)
 
 
-def header_costs(header: dict[str, Any]) -> PipelineCosts:
-    """The simulator's model of a logged run, from its header's per-layer device times, activations and
-    parameters (what a hybrid job's gradient sync moves)."""
+def header_costs(header: dict[str, Any], device_time_factor: float = 1.0) -> PipelineCosts:
+    """The simulator's model of a logged run, from its header's per-layer device times (times
+    ``device_time_factor``), activations and parameters (what a hybrid job's gradient sync moves)."""
     count = len(header["forward_ms"])
     activations = header.get("activation_bytes") or [0] * count
     params = header.get("param_bytes") or [0] * count
     layers = tuple(LayerCost(f"{i}", f, b, int(a), int(w), 0) for i, (f, b, a, w) in
                    enumerate(zip(header["forward_ms"], header["backward_ms"], activations, params, strict=True)))
-    return PipelineCosts(LayerProfile("logged run", 1, layers))
+    profile = LayerProfile("logged run", 1, layers)
+    return PipelineCosts(profile if device_time_factor == 1.0 else profile.scaled(device_time_factor))
+
+
+def measured_overheads(record: dict[str, Any], header: dict[str, Any], costs: PipelineCosts) -> Overheads:
+    """What the run measured at start-up and its live prediction included, for this record's partition:
+    the per-operation overhead, and per iteration the optimizer step of the stage holding the most
+    parameters (zeros in a log from before these measurements)."""
+    stage_mib = float(costs.stage_param_bytes(record["boundaries"]).max()) / MEBIBYTE
+    return Overheads(header.get("op_overhead_ms") or 0.0, (header.get("optimizer_ms_per_mb") or 0.0) * stage_mib)
 
 
 def simulate_record(record: dict[str, Any], header: dict[str, Any], compute_bias: float = 0.0,
-                    overheads: Overheads | None = None) -> float:
+                    overheads: Overheads | None = None, measured: bool = True,
+                    device_time_factor: float = 1.0) -> float:
     """A logged interval's iteration time as the simulator sees it (its partition, micro-batch split, mean
     injected slowdowns, links at the measured bandwidth, a hybrid job's gradient sync), with a compute
-    bias and overheads, ms."""
+    bias, ms. Overheads: ``overheads`` on top of what the run measured at start-up (``measured``: its
+    :func:`measured_overheads` and its gradient sync's bandwidth, as its live prediction did).
+    ``device_time_factor``: the record's device times over its header's (:func:`runlog.device_time_factors`)."""
+    costs = header_costs(header, device_time_factor)
     split = record.get("microbatch_split") or [header["microbatches"]]
     devices = len(split) * header["stages"]
     slowdown = np.asarray(record.get("injected_slowdown") or np.ones(devices), dtype=float)
-    return header_costs(header).simulate_hybrid(record["boundaries"], header["schedule"], split,
-                                                (slowdown * (1 + compute_bias)).reshape(len(split), header["stages"]),
-                                                header.get("p2p_gbps") or math.inf,
-                                                overheads=overheads or Overheads()).iteration_ms
+    base = measured_overheads(record, header, costs) if measured else Overheads()
+    extra = overheads or Overheads()
+    p2p_gbps = header.get("p2p_gbps") or math.inf
+    return costs.simulate_hybrid(record["boundaries"], header["schedule"], split,
+                                 (slowdown * (1 + compute_bias)).reshape(len(split), header["stages"]), p2p_gbps,
+                                 overheads=Overheads(base.op_ms + extra.op_ms, base.iteration_ms + extra.iteration_ms),
+                                 dp_bandwidth_gbps=(header.get("sync_gbps") if measured else None) or p2p_gbps
+                                 ).iteration_ms
+
+
+def replayed_iteration_ms(records: list[dict[str, Any]], compute_bias: float = 0.0, overheads: Overheads | None = None,
+                          measured: bool = True) -> list[float | None]:
+    """:func:`simulate_record` for every record of a log (``None`` for one without a header to predict from)."""
+    return [simulate_record(record, header, compute_bias, overheads, measured, factor) if header else None
+            for record, header, factor in zip(records, run_headers(records), device_time_factors(records), strict=True)]
 
 
 @dataclass
@@ -140,10 +177,17 @@ class _Interval:
     """One logged interval, as the fit needs it."""
 
     run: int
-    live_ms: float
-    predicted_ms: float  # by the simulator without overheads
-    op_slope: float  # predicted iteration ms per ms of overhead per operation
+    record: dict[str, Any]
+    header: dict[str, Any]
+    device_time_factor: float
     log_ratios: np.ndarray  # per stage: log(measured / predicted compute)
+
+    def simulate(self, compute_bias: float = 0.0, overheads: Overheads | None = None, measured: bool = True) -> float:
+        return simulate_record(self.record, self.header, compute_bias, overheads, measured, self.device_time_factor)
+
+    @property
+    def measured(self) -> Overheads:
+        return measured_overheads(self.record, self.header, header_costs(self.header, self.device_time_factor))
 
 
 def _intervals(runs: list[list[dict[str, Any]]], names: list[str]) -> list[_Interval]:
@@ -151,18 +195,16 @@ def _intervals(runs: list[list[dict[str, Any]]], names: list[str]) -> list[_Inte
     prediction both leave warm-up steps out)."""
     found = []
     for index, records in enumerate(runs):
-        for record, header in zip(records, run_headers(records), strict=True):
+        for record, header, factor in zip(records, run_headers(records), device_time_factors(records), strict=True):
             if "predicted_iteration_ms" not in record or not header:
                 continue
-            timing = [simulate_record(record, header, overheads=Overheads(op_ms=op_ms)) for op_ms in (0.0, 1.0)]
             measured = np.array([s["compute_ms"] for s in record["stages"]], dtype=np.float64)
             predicted = np.array(record["predicted_compute_ms"], dtype=np.float64)  # (an int past int64 is no object)
             with np.errstate(all="ignore"):
-                interval = _Interval(index, record["iteration_ms"], timing[0], timing[1] - timing[0],
-                                     np.log(measured / predicted))
-            figures = [interval.live_ms, interval.predicted_ms, interval.op_slope, *interval.log_ratios]
+                interval = _Interval(index, record, header, factor, np.log(measured / predicted))
+            figures = [record["iteration_ms"], interval.simulate(), *interval.log_ratios]
             # a field past what any run produces (1e308 ms, a zero prediction) would poison the fit with inf
-            if not (np.all(np.isfinite(figures)) and 0 < interval.live_ms < 1e9):
+            if not (np.all(np.isfinite(figures)) and 0 < record["iteration_ms"] < 1e9):
                 raise InputError(f"{names[index]}: iteration {record['iteration']}: times no run produces "
                                  f"(iteration_ms, compute_ms, predicted_compute_ms or the header's layer times)")
             found.append(interval)
@@ -170,7 +212,11 @@ def _intervals(runs: list[list[dict[str, Any]]], names: list[str]) -> list[_Inte
 
 
 def fit(runs: list[list[dict[str, Any]]], sources: list[str] | None = None) -> Calibration:
-    """Fit a :class:`Calibration` to the records of one or more live runs (``runlog.load_run``)."""
+    """Fit a :class:`Calibration` to the records of one or more live runs (``runlog.load_run``).
+
+    The overheads are fitted on what each interval's simulation, with the overheads its run measured at
+    start-up, leaves unexplained: the fit finds what lies beyond those measurements, and the calibration
+    holds the whole (measured mean plus the rest) for models and runs that measured nothing."""
     names = sources or [f"run {i}" for i in range(len(runs))]
     if any("run" not in records[0] for records in runs):
         missing = next(n for n, records in zip(names, runs, strict=True) if "run" not in records[0])
@@ -185,20 +231,27 @@ def fit(runs: list[list[dict[str, Any]]], sources: list[str] | None = None) -> C
     noise_sigma = float(MAD_TO_SIGMA * np.median(np.abs(residuals)))
     outliers = np.abs(residuals) > OUTLIER_SIGMAS * max(noise_sigma, 1e-6)
     outlier_scale = float(np.median(np.expm1(np.abs(residuals[outliers])))) if outliers.any() else 0.0
-    op_ms, iteration_ms = _overheads(intervals, compute_bias)
-    predicted = np.array([i.predicted_ms for i in intervals])
+    extra_op_ms, extra_iteration_ms = _overheads(intervals, compute_bias)
+    measured = [i.measured for i in intervals]
+    measured_op_ms = float(np.mean([m.op_ms for m in measured]))
+    measured_iteration_ms = float(np.mean([m.iteration_ms for m in measured]))
+    op_ms, iteration_ms = measured_op_ms + extra_op_ms, measured_iteration_ms + extra_iteration_ms
+    bare = np.array([i.simulate(measured=False) for i in intervals])  # the pipeline alone
     all_records = [record for records in runs for record in records]
     headers = [record["run"] for record in all_records if "run" in record]
     # a stage's forward or backward operation, on average: the model's device time over 2 x stages
     op_time_ms = float(np.mean([(sum(h["forward_ms"]) + sum(h["backward_ms"])) / (2 * h["stages"]) for h in headers]))
+    measured_any = any(m.op_ms or m.iteration_ms for m in measured)
     return Calibration(
         compute_bias=compute_bias, stage_bias_spread=float(np.std(stage_bias)), noise_sigma=noise_sigma,
         outlier_probability=float(outliers.mean()), outlier_scale=outlier_scale,
         op_overhead_ms=op_ms, op_overhead_fraction=op_ms / max(op_time_ms, 1e-9),
-        iteration_overhead_ms=iteration_ms, iteration_overhead_fraction=iteration_ms / float(np.mean(predicted)),
+        iteration_overhead_ms=iteration_ms, iteration_overhead_fraction=iteration_ms / float(np.mean(bare)),
         migration_overhead_s=_migration_overhead_s(all_records),
         p2p_gbps=float(np.median([r["p2p_gbps"] for r in all_records if r.get("p2p_gbps")] or [0.0])),
-        runs=len(runs), intervals=len(intervals))
+        runs=len(runs), intervals=len(intervals),
+        measured_op_overhead_ms=measured_op_ms if measured_any else None,
+        measured_iteration_overhead_ms=measured_iteration_ms if measured_any else None)
 
 
 def _stage_biases(intervals: list[_Interval]) -> tuple[np.ndarray, np.ndarray]:
@@ -213,10 +266,12 @@ def _stage_biases(intervals: list[_Interval]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _overheads(intervals: list[_Interval], compute_bias: float) -> tuple[float, float]:
-    """Least squares for (per-operation, per-iteration) overhead, both >= 0, on what the biased
-    prediction leaves unexplained: live - predicted x (1 + bias) = op_ms x slope + iteration_ms."""
-    unexplained = np.array([i.live_ms - i.predicted_ms * (1 + compute_bias) for i in intervals])
-    slopes = np.array([i.op_slope for i in intervals])
+    """Least squares for (per-operation, per-iteration) overhead beyond what the runs measured, both >= 0,
+    on what the biased prediction with those measurements leaves unexplained:
+    live - predicted = op_ms x slope + iteration_ms."""
+    predicted = np.array([i.simulate(compute_bias) for i in intervals])
+    unexplained = np.array([i.record["iteration_ms"] for i in intervals]) - predicted
+    slopes = np.array([i.simulate(compute_bias, Overheads(op_ms=1.0)) for i in intervals]) - predicted
     keep = np.ones(len(intervals), dtype=bool)
     for _ in range(2):  # refit once without the intervals the first fit explains worst (> 3 MADs)
         design = np.column_stack([slopes[keep], np.ones(keep.sum())])
@@ -246,7 +301,20 @@ def _migration_overhead_s(records: list[dict[str, Any]]) -> float | None:
 
 def calibrated_iteration_ms(records: list[dict[str, Any]], calibration: Calibration) -> list[float | None]:
     """Each record's iteration time as the calibrated simulator predicts it: device times x (1 + the
-    fitted compute bias) and the fitted overheads, for the record's partition and mean injected
-    slowdowns (``None`` for a record without a header to predict from)."""
-    return [simulate_record(record, header, calibration.compute_bias, calibration.overheads) if header else None
-            for record, header in zip(records, run_headers(records), strict=True)]
+    fitted compute bias), for the record's partition and mean injected slowdowns, with the overheads its
+    run measured at start-up plus what the fit found beyond such measurements (the fitted overheads
+    whole where the fit or the run measured none); ``None`` for a record without a header."""
+    c = calibration
+    beyond = None
+    if c.measured_op_overhead_ms is not None and c.measured_iteration_overhead_ms is not None:
+        beyond = Overheads(c.op_overhead_ms - c.measured_op_overhead_ms,
+                           c.iteration_overhead_ms - c.measured_iteration_overhead_ms)
+    predicted: list[float | None] = []
+    for record, header, factor in zip(records, run_headers(records), device_time_factors(records), strict=True):
+        if not header:
+            predicted.append(None)
+        elif beyond is not None and "op_overhead_ms" in header:  # the run measured its own
+            predicted.append(simulate_record(record, header, c.compute_bias, beyond, True, factor))
+        else:
+            predicted.append(simulate_record(record, header, c.compute_bias, c.overheads, False, factor))
+    return predicted

@@ -292,8 +292,11 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     print(f"  measured / predicted stage compute: bias {c.compute_bias:+.3f}, stages differ by "
           f"{c.stage_bias_spread:.3f} (std), noise sigma {c.noise_sigma:.3f}, outliers {c.outlier_probability:.1%} "
           f"of intervals (median {c.outlier_scale:+.2f})")
-    print(f"  overheads: {c.op_overhead_ms:.3f} ms per operation, {c.iteration_overhead_ms:.3f} ms per iteration; "
-          f"migration beyond bytes / bandwidth: {migration}; point-to-point {c.p2p_gbps:.2f} Gbit/s")
+    measured = ("" if c.measured_op_overhead_ms is None or c.measured_iteration_overhead_ms is None else
+                f" (the runs measured {c.measured_op_overhead_ms:.3f} and {c.measured_iteration_overhead_ms:.3f} of "
+                f"them at start-up; the rest is the fit's)")
+    print(f"  overheads: {c.op_overhead_ms:.3f} ms per operation, {c.iteration_overhead_ms:.3f} ms per iteration"
+          f"{measured}; migration beyond bytes / bandwidth: {migration}; point-to-point {c.p2p_gbps:.2f} Gbit/s")
     if before:
         print(f"  median |live / predicted - 1| on these logs: {np.median(before):.3f} uncalibrated, "
               f"{np.median(after):.3f} calibrated (judge it on other runs: rlpipe report --calibration)")

@@ -186,6 +186,20 @@ def run_headers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return headers
 
 
+def device_time_factors(records: list[dict[str, Any]]) -> list[float]:
+    """Each record's device times over its header's: 1.0 unless the run emulated slower devices on a busy
+    host (a record that says a new ``device_time_scale`` was itself run at the old one; those after it at
+    the new one, until the next header)."""
+    factors: list[float] = []
+    header_scale = scale = 1.0
+    for record in records:
+        if "run" in record:
+            header_scale = scale = record["run"].get("device_time_scale") or 1.0
+        factors.append(scale / header_scale)
+        scale = record.get("device_time_scale", scale)
+    return factors
+
+
 def warmup_extra_s(record: dict[str, Any]) -> float:
     """What an interval's warm-up steps (a new stage's first, which infers shapes) took beyond as many
     ordinary iterations, s: the part of the interval no simulated iteration accounts for. A log from

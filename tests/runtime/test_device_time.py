@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from live_runs import ENV, ForeignCpu, core_speed, free_core_share, overran_share, run_summary
 
-from rlpipe.calibration import Calibration, calibrated_iteration_ms
+from rlpipe.calibration import Calibration, calibrated_iteration_ms, replayed_iteration_ms
 from rlpipe.interference import InterferenceTrace
 from rlpipe.runlog import load_run
 from rlpipe.runtime.device_time import EMULATION_MARGIN, DeviceClock, comparison_scale, default_scale
@@ -127,6 +127,9 @@ def test_the_simulator_predicts_an_emulated_run_within_ten_percent(tmp_path, sta
     ratios = np.array([r["iteration_ms"] / r["predicted_iteration_ms"] for r in records])
     assert np.median(np.abs(ratios - 1)) <= 0.10, ratios
     assert overran_share(records) <= 0.05
+    if not trace:  # one condition per interval: replayed from the log alone, the prediction is the live one
+        predicted = [r["predicted_iteration_ms"] for r in records]
+        assert replayed_iteration_ms(records) == pytest.approx(predicted, rel=1e-9)
     if trace:
         assert max(max(r["injected_slowdown"]) for r in records) > 1.5  # the slowdown was on during the run
     assert "overran their emulated time" in run_summary(stdout)
