@@ -7,6 +7,7 @@ figures before the speed-up (observation in Python, 4 environments, 10 epochs) s
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -161,6 +162,37 @@ def imitation_decisions_per_s(teacher: str, workers: int, decisions: int = 60_00
     return decisions / (time.perf_counter() - start)
 
 
+def dagger_decisions_per_s(decisions: int = 10_000, repeats: int = 3) -> dict[str, float]:
+    """DAgger's labelling speed in one process, decisions/s: the shipped config's episodes driven by an
+    untrained learner (the shipped network), its decisions read from its actor (``learner_action``, what
+    training does) and, interleaved with it, from SB3's ``MaskablePPO.predict`` (what training did before
+    2026-12-03); the same decisions either way. The median of ``repeats`` each."""
+    from unittest import mock
+
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    from rlpipe.agents import imitation
+    from rlpipe.agents.ppo import _env_kwargs
+
+    torch.set_num_threads(1)
+    config, env_kwargs = shipped_config(), _env_kwargs(shipped_config())
+    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=0, policy_kwargs=dict(config.policy_kwargs))
+
+    def predicted(model, observation, mask):
+        return int(model.predict(observation, action_masks=mask, deterministic=True)[0])
+
+    imitation.collect(env_kwargs, "falcon", 200, learner=learner)  # compile the JIT kernels outside the timing
+    rates: dict[str, list[float]] = {"actor": [], "sb3_predict": []}
+    for _ in range(repeats):
+        for name in rates:
+            with mock.patch.object(imitation, "learner_action", predicted) if name == "sb3_predict" else nullcontext():
+                start = time.perf_counter()
+                imitation.collect(env_kwargs, "falcon", decisions, learner=learner)
+                rates[name].append(decisions / (time.perf_counter() - start))
+    return {name: float(np.median(values)) for name, values in rates.items()}
+
+
 def run() -> dict:
     # side by side: the 16 environments stepped in turn in this process, and 8 in each of 2 others (one per
     # core; a process per environment measured 1.04x dummy on 2 cores, 2026-12-02)
@@ -176,6 +208,10 @@ def run() -> dict:
                "ppo_train_steps_per_s_with_imitation_100k": ppo_steps_per_s(100_000, imitate=True)}
     figures["ppo_train_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
     figures["train_trial_4096_steps_s"] = trial_run_s()
+    dagger = dagger_decisions_per_s()
+    figures["dagger_decisions_per_s_actor"] = dagger["actor"]
+    figures["dagger_decisions_per_s_sb3_predict"] = dagger["sb3_predict"]
+    figures["dagger_actor_over_sb3_predict"] = dagger["actor"] / dagger["sb3_predict"]
     for workers in (1, 2):
         figures[f"imitation_falcon_decisions_per_s_workers_{workers}"] = imitation_decisions_per_s("falcon", workers)
     for name in ["static", "greedy", "dynpipe", "threshold", "ppo"]:

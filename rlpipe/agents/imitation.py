@@ -124,7 +124,7 @@ def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int, 
         masks.append(mask)
         actions.append(action)
         if learner is not None:
-            action = int(learner.predict(observation, action_masks=mask, deterministic=True)[0])
+            action = learner_action(learner, observation, mask)
         observation, _, terminated, truncated, _ = env.step(action)
         done = terminated or truncated
     return Demonstrations(np.array(observations, dtype=np.float32), np.array(masks), np.array(actions))
@@ -172,6 +172,16 @@ class CloningLoss:
             predicted = actor_logits(policy, self.observations).masked_fill(~self.masks, -1e9).argmax(dim=1)
         rare = self.actions != KEEP
         return float((predicted[rare] == self.actions[rare]).float().mean()) if rare.any() else 1.0
+
+
+def learner_action(learner: Any, observation: np.ndarray, mask: np.ndarray) -> int:
+    """A MaskablePPO learner's deterministic decision, as its ``predict(observation, action_masks=mask,
+    deterministic=True)`` makes it (the most likely valid action), from its actor alone: ``predict`` also
+    runs the critic and SB3's checks, about 1.7 ms a decision, 4x what the teacher's decision and the
+    environment's step cost together in DAgger's labelling."""
+    with torch.no_grad():
+        logits = actor_logits(learner.policy, torch.as_tensor(observation, dtype=torch.float32)[None])[0]
+    return int(logits.masked_fill(~torch.as_tensor(mask, dtype=torch.bool), -torch.inf).argmax())
 
 
 def clone(policy: Any, demonstrations: Demonstrations, epochs: int = 8, batch_size: int = 1024,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlpipe.agents import make_policy
-from rlpipe.agents.imitation import BehaviourAnchor, CloningLoss, clone, collect
+from rlpipe.agents.imitation import BehaviourAnchor, CloningLoss, clone, collect, learner_action
 from rlpipe.agents.ppo import TrainConfig, train
 from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs import RepartitionEnv
@@ -121,6 +121,20 @@ def test_dagger_labels_the_states_the_learner_reaches():
     assert np.array_equal(own.observations[0], learners.observations[0])
     assert not np.array_equal(own.observations, learners.observations)
     assert all(mask[action] for mask, action in zip(learners.masks, learners.actions))
+
+
+def test_the_learners_decision_from_its_actor_is_sb3s_deterministic_prediction():
+    """DAgger asks the learner's actor alone; on the states it reaches (an untrained learner: every kind of
+    action), the decisions are MaskablePPO.predict's, deterministic, with the same masks."""
+    from sb3_contrib import MaskablePPO
+
+    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0)
+    reached = collect(STRAGGLER, "threshold", 300, learner=learner)
+    predicted = [int(learner.predict(o, action_masks=m, deterministic=True)[0])
+                 for o, m in zip(reached.observations, reached.masks, strict=True)]
+    from_actor = [learner_action(learner, o, m) for o, m in zip(reached.observations, reached.masks, strict=True)]
+    assert from_actor == predicted
+    assert len(set(from_actor)) > 2  # keep and more than one other action: the masks and logits mattered
 
 
 def test_workers_label_the_same_decisions_as_one_process():
