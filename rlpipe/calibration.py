@@ -22,7 +22,7 @@ from rlpipe.errors import InputError
 from rlpipe.fields import is_number
 from rlpipe.files import read_json
 from rlpipe.profile import LayerCost, LayerProfile
-from rlpipe.runlog import device_time_factors, run_headers, warmup_extra_s
+from rlpipe.runlog import MEBIBYTE, device_time_factors, run_headers, warmup_extra_s
 from rlpipe.simulator import Overheads, PipelineCosts
 
 OUTLIER_SIGMAS = 4.0  # a log ratio this many robust sigmas from its stage's bias is an outlier
@@ -37,7 +37,6 @@ LIMITS = {"compute_bias": 100.0, "stage_bias_spread": 3.0, "noise_sigma": 3.0, "
 """The largest value a fit may hold (a file beyond one is damaged, and would overflow the simulator)."""
 OPTIONAL = ("measured_op_overhead_ms", "measured_iteration_overhead_ms")  # absent from files written before them
 NONE_ALLOWED = ("migration_overhead_s", *OPTIONAL)
-MEBIBYTE = 2**20  # a header's optimizer_ms_per_mb is per MiB
 
 
 @dataclass(frozen=True)

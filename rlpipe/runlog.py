@@ -41,6 +41,7 @@ STAGE_FIELDS: dict[str, Any] = {
     "device_load": Number, "resident_param_bytes": int, "rss_bytes": int, "gpu_utilization": Number,
     "gpu_memory_bytes": int, "compute_cv": Number, "sync_ms": Number, "device_allocated_bytes": int,
 }
+MEBIBYTE = 2**20  # the unit of a header's optimizer_ms_per_mb (ms per MiB of a stage's parameters)
 HEADER_FIELDS: dict[str, Any] = {
     "stages": int, "schedule": str, "microbatches": int, "interval": int, "policy": str | None,
     "interference": str | None, "inject": str | None, "time_scale": Number, "device_time": str,

@@ -19,12 +19,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlpipe.runlog import MEBIBYTE
 from rlpipe.runtime.mesh import GradientSync, Mesh
 from rlpipe.runtime.stage import OptimizerFactory
 
-STAND_IN_BYTES = 64 * 2**20  # the measurement copies at most this much of a stage's parameters (x3 with Adam's
+STAND_IN_BYTES = 64 * MEBIBYTE  # the measurement copies at most this much of a stage's parameters (x3 with Adam's
 # state); the costs are read per byte, so a larger stage is timed on part of it
-MEGABYTE = 2**20  # a MiB
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class StepCosts:
 
     def optimizer_ms(self, stage_param_bytes: float) -> float:
         """The optimizer step of a stage holding ``stage_param_bytes`` of parameters, ms."""
-        return self.optimizer_ms_per_mb * stage_param_bytes / MEGABYTE
+        return self.optimizer_ms_per_mb * stage_param_bytes / MEBIBYTE
 
 
 def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerFactory, sync: GradientSync,
@@ -66,7 +66,7 @@ def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerF
             step_s = optimizer_step_s(stand_ins, optimizer_factory, repeats)
     ring_gbit = stand_in_bytes * 2 * (replicas - 1) / replicas * 8 / 1e9
     rates = torch.tensor([ring_gbit / sync_s if sync_s > 0 else math.nan,
-                          step_s * 1e3 / (stand_in_bytes / MEGABYTE) if stand_in_bytes else math.nan],
+                          step_s * 1e3 / (stand_in_bytes / MEBIBYTE) if stand_in_bytes else math.nan],
                          dtype=torch.float64, device=wire)
     everyone = [torch.zeros_like(rates) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, rates)

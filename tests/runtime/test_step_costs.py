@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from rlpipe.runtime.step_costs import MEGABYTE, STAND_IN_BYTES, StepCosts, optimizer_step_s, stand_ins_of
+from rlpipe.runlog import MEBIBYTE
+from rlpipe.runtime.step_costs import STAND_IN_BYTES, StepCosts, optimizer_step_s, stand_ins_of
 
 
 def trained_parameters(count: int = 4, side: int = 256) -> list[nn.Parameter]:
@@ -39,4 +40,4 @@ def test_an_optimizer_whose_step_needs_a_closure_is_not_timed():
 
 def test_a_stage_steps_in_proportion_to_its_parameters():
     costs = StepCosts(sync_gbps=1.0, optimizer_ms_per_mb=4.0)
-    assert costs.optimizer_ms(3 * MEGABYTE) == pytest.approx(12.0) and costs.optimizer_ms(0) == 0.0
+    assert costs.optimizer_ms(3 * MEBIBYTE) == pytest.approx(12.0) and costs.optimizer_ms(0) == 0.0
