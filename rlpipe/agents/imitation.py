@@ -79,17 +79,24 @@ def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base:
             steps -= len(labelled)
             yield labelled
         return
-    # forked workers inherit what they label with (a learner need not pickle); a task is only its seed
-    with multiprocessing.get_context("fork").Pool(workers, initializer=_hold_work,
-                                                  initargs=((env_kwargs, teacher, learner),)) as pool:
-        seeds = itertools.count(seed_base)
-        # episodes run from 4 to 10,000+ decisions: the workers run ahead of the oldest while it finishes
-        pending = collections.deque(pool.apply_async(_episode_of_seed, (next(seeds), steps))
-                                    for _ in range(LOOKAHEAD * workers))
-        while True:
-            labelled = pending.popleft().get()
-            pending.append(pool.apply_async(_episode_of_seed, (next(seeds), steps)))
-            yield labelled
+    # a child forked while torch's OpenMP threads are up (after a cloning's matrix products) hangs in its first
+    # parallel operation: fork from one thread; the labelling here only waits on the workers
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        # forked workers inherit what they label with (a learner need not pickle); a task is only its seed
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_hold_work,
+                                                      initargs=((env_kwargs, teacher, learner),)) as pool:
+            seeds = itertools.count(seed_base)
+            # episodes run from 4 to 10,000+ decisions: the workers run ahead of the oldest while it finishes
+            pending = collections.deque(pool.apply_async(_episode_of_seed, (next(seeds), steps))
+                                        for _ in range(LOOKAHEAD * workers))
+            while True:
+                labelled = pending.popleft().get()
+                pending.append(pool.apply_async(_episode_of_seed, (next(seeds), steps)))
+                yield labelled
+    finally:
+        torch.set_num_threads(threads)
 
 
 _work: tuple[dict[str, Any], str, Any] | None = None  # a labelling worker's options, teacher and learner

@@ -152,6 +152,33 @@ def test_workers_label_the_same_decisions_as_one_process():
             assert np.array_equal(getattr(alone, name), getattr(shared, name)), name
 
 
+WORKERS_AFTER_CLONING = """
+import torch
+from sb3_contrib import MaskablePPO
+from rlpipe.agents.imitation import clone, collect
+from rlpipe.envs import RepartitionEnv
+torch.set_num_threads(2)
+straggler = {straggler!r}
+learner = MaskablePPO("MlpPolicy", RepartitionEnv(**straggler), seed=0, policy_kwargs={{"net_arch": [256, 256]}})
+clone(learner.policy, collect(straggler, "threshold", 3000), epochs=2)  # matrix products on 2 threads
+print(len(collect(straggler, "threshold", 300, learner=learner, workers=2)), torch.get_num_threads())
+"""
+
+
+@pytest.mark.slow
+def test_workers_label_after_a_cloning_on_several_threads():
+    """DAgger's rounds fork labelling workers after a cloning has run torch's matrix products on several
+    threads; a child forked with those threads up hung in its first product (training from the Python API,
+    where nothing set one thread). It finishes, and the caller keeps its threads."""
+    import subprocess
+    import sys
+
+    script = WORKERS_AFTER_CLONING.format(straggler=STRAGGLER)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["300", "2"]
+
+
 def test_a_clairvoyant_teacher_labels_from_the_simulators_future():
     """``hindsight`` (the oracle's timing with the learned policy's actions) needs the true future: collect
     hands it the simulator's view, and it moves on a lasting straggler, every label valid where it was taken."""
