@@ -176,7 +176,8 @@ def dagger_decisions_per_s(decisions: int = 10_000, repeats: int = 3) -> dict[st
     from rlpipe.agents.ppo import _env_kwargs
 
     torch.set_num_threads(1)
-    config, env_kwargs = shipped_config(), _env_kwargs(shipped_config())
+    config = shipped_config()
+    env_kwargs = _env_kwargs(config)
     learner = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=0, policy_kwargs=dict(config.policy_kwargs))
 
     def predicted(model, observation, mask):
