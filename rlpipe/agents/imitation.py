@@ -6,6 +6,11 @@ a 30-minute budget rediscovering what the ski-rental rule already knows.
 The cloning is a plain supervised loop (cross-entropy over the valid actions only); ``imitation``'s BC
 does not know MaskablePPO's action masks. Rounds of DAgger then label the clone's own states, and during
 PPO a :class:`BehaviourAnchor` keeps the actor near the teacher's decisions.
+
+A teacher can also be privileged (Chen et al. 2019, "Learning by Cheating"): with ``best_of`` rules, each
+episode of one pipeline is labelled by whichever of them and the teacher did best on that whole episode, a
+choice from its outcome that no causal policy can make; the student sees only the observation, and learns
+from it when holding through a slowdown pays and when moving does.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +29,7 @@ from torch import nn
 
 from rlpipe.agents import make_policy
 from rlpipe.decision import DecisionContext
+from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.observation import KEEP
 from rlpipe.seeds import DEMONSTRATION_SEED_BASE
@@ -44,7 +50,7 @@ class Demonstrations:
 
 
 def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any = None,
-            seed_base: int = DEMONSTRATION_SEED_BASE, workers: int = 1) -> Demonstrations:
+            seed_base: int = DEMONSTRATION_SEED_BASE, workers: int = 1, best_of: Sequence[str] = ()) -> Demonstrations:
     """Label ``steps`` decisions with ``teacher``'s, in episodes drawn as training draws them (seeds of
     their own, from ``seed_base``).
 
@@ -54,11 +60,14 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
     where it then errs more); the rules' counts follow the job that runs, so a label is what the teacher
     would do in the learner's place.
 
+    With ``best_of`` rules, an episode of one pipeline is labelled by the rule that did best on it
+    (:func:`episode_teacher`); a replicated job's by ``teacher``.
+
     ``workers`` > 1 runs episodes in that many forked processes (a clairvoyant teacher labels ~300
     decisions a second, a rule ~1,000); the decisions are the same as one process's, in seed order."""
     parts: list[Demonstrations] = []
     total = 0
-    episodes = _episodes(env_kwargs, teacher, learner, seed_base, workers, steps)
+    episodes = _episodes(env_kwargs, (teacher, tuple(best_of)), learner, seed_base, workers, steps)
     for part in episodes:
         parts.append(part)
         total += len(part)
@@ -69,7 +78,10 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
     return Demonstrations(merged.observations[:steps], merged.masks[:steps], merged.actions[:steps])
 
 
-def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base: int, workers: int,
+Teacher = tuple[str, tuple[str, ...]]  # the teacher, and the rules that may label one pipeline's episode instead
+
+
+def _episodes(env_kwargs: dict[str, Any], teacher: Teacher, learner: Any, seed_base: int, workers: int,
               steps: int) -> Generator[Demonstrations, None, None]:
     """Every labelled episode from ``seed_base`` on, in seed order, none longer than the ``steps`` decisions
     wanted (one process: than the decisions still wanted)."""
@@ -99,10 +111,10 @@ def _episodes(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed_base:
         torch.set_num_threads(threads)
 
 
-_work: tuple[dict[str, Any], str, Any] | None = None  # a labelling worker's options, teacher and learner
+_work: tuple[dict[str, Any], Teacher, Any] | None = None  # a labelling worker's options, teacher and learner
 
 
-def _hold_work(work: tuple[dict[str, Any], str, Any]) -> None:
+def _hold_work(work: tuple[dict[str, Any], Teacher, Any]) -> None:
     global _work
     _work = work
 
@@ -112,10 +124,12 @@ def _episode_of_seed(seed: int, limit: int) -> Demonstrations:
     return _episode(*_work, seed, limit)
 
 
-def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int, limit: int) -> Demonstrations:
+def _episode(env_kwargs: dict[str, Any], teacher: Teacher, learner: Any, seed: int, limit: int) -> Demonstrations:
     """One episode of ``seed`` (its first ``limit`` decisions), every decision labelled with ``teacher``'s
     (see :func:`collect`)."""
-    env, policy = RepartitionEnv(**env_kwargs), make_policy(teacher)
+    env = RepartitionEnv(**env_kwargs)
+    rule, best_of = teacher
+    policy = make_policy(episode_teacher(env, (*best_of, rule), seed) if best_of else rule)
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     actions: list[int] = []
@@ -135,6 +149,23 @@ def _episode(env_kwargs: dict[str, Any], teacher: str, learner: Any, seed: int, 
         observation, _, terminated, truncated, _ = env.step(action)
         done = terminated or truncated
     return Demonstrations(np.array(observations, dtype=np.float32), np.array(masks), np.array(actions))
+
+
+def episode_teacher(env: RepartitionEnv, rules: Sequence[str], seed: int) -> str:
+    """Of ``rules``, the one with the highest mean efficiency over the whole episode of ``seed`` (a tie: the
+    earlier one, listed to move least first), on one pipeline; on a replicated job the last one, the teacher:
+    labels that switched between layers-only rules and micro-batches-first ones from episode to episode, on
+    replicated states that look alike, left a clone that did neither well (up to 0.0074 under falcon;
+    docs/experiments/episode_best_teacher.py)."""
+    env.reset(seed=seed)
+    if env.situation.replicas > 1:
+        return rules[-1]
+    best, best_efficiency = rules[0], -np.inf
+    for rule in rules:
+        efficiency = run_episode(env, make_policy(rule), seed, None).efficiency
+        if efficiency > best_efficiency + 1e-6:  # a rule that does what an earlier one did scores within rounding
+            best, best_efficiency = rule, efficiency
+    return best
 
 
 def merge(*sets: Demonstrations) -> Demonstrations:

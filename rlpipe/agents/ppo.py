@@ -76,6 +76,8 @@ class TrainConfig:
     # proportion to its share of eval_freq, at least SHORTEST_SCORING_S)
     imitate: str | None = None  # a heuristic whose decisions the actor learns first (None: from scratch)
     imitation_steps: int = 500_000  # at most; a short run imitates in proportion (imitation_share of its steps)
+    imitation_best_of: list[str] = field(default_factory=list)  # rules that label an episode of one pipeline
+    # instead of the teacher where one of them did best on it (a privileged teacher: imitation.episode_teacher)
     imitation_share: float = 0.15
     imitation_epochs: int = 8
     imitation_rare_weight: float = 5.0  # the cloning loss weighs the teacher's moves (not keep) this many times
@@ -143,15 +145,21 @@ class TrainConfig:
                              f"is read, got {self.policy_kwargs!r:.80}")
         if self.policy != "MlpPolicy":
             raise InputError(f"{source}: policy: only MlpPolicy fits the flat observation, got {self.policy!r}")
-        if self.imitate is not None and self.imitate not in HEURISTICS:
-            raise InputError(f"{source}: imitate: a heuristic to imitate ({', '.join(HEURISTICS)}), got "
-                             f"{self.imitate!r}")
         RepartitionEnv(**_env_kwargs(self))  # the environment options: checked where they are known
         return self
 
     def _validate_imitation(self, source: str) -> None:
         if not 0 <= self.imitation_share <= 1:
             raise InputError(f"{source}: imitation_share: must be in [0, 1], got {self.imitation_share}")
+        if self.imitate is not None and self.imitate not in HEURISTICS:
+            raise InputError(f"{source}: imitate: a heuristic to imitate ({', '.join(HEURISTICS)}), got "
+                             f"{self.imitate!r}")
+        unknown = [rule for rule in self.imitation_best_of if rule not in HEURISTICS]
+        if unknown:
+            raise InputError(f"{source}: imitation_best_of: heuristics ({', '.join(HEURISTICS)}), got {unknown[0]!r}")
+        if self.imitation_best_of and self.imitate is None:
+            raise InputError(f"{source}: imitation_best_of: the rules that may label instead of the teacher; "
+                             f"name the teacher in imitate")
 
     def _validate_workers(self, source: str) -> None:
         if self.imitation_workers > MAX_WORKERS:
@@ -360,10 +368,13 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
     the critic then learns their value (actor held still). Returns every decision learned from; the
     imitated actor is saved as ``imitated/policy.pt``."""
     decisions, per_round, warmup = imitation_budget(config)
-    env_kwargs, teacher = _env_kwargs(config), str(config.imitate)
+    env_kwargs, teacher, best_of = _env_kwargs(config), str(config.imitate), config.imitation_best_of
+    described = (f"the best of {', '.join([*best_of, teacher])} on each episode of one pipeline, {teacher} on "
+                 f"replicated jobs" if best_of else teacher)
     if progress:
-        print(f"imitation: {decisions:,} decisions of {teacher} ...", flush=True)
-    demonstrations = imitation.collect(env_kwargs, teacher, decisions, workers=config.imitation_workers)
+        print(f"imitation: {decisions:,} decisions of {described} ...", flush=True)
+    demonstrations = imitation.collect(env_kwargs, teacher, decisions, workers=config.imitation_workers,
+                                       best_of=best_of)
     accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs,
                                rare_weight=config.imitation_rare_weight, seed=config.seed)
     for round_ in range(1, config.imitation_rounds + 1):
@@ -372,11 +383,11 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
                   f"{config.imitation_rounds}: {per_round:,} of its own decisions labelled ...", flush=True)
         own = imitation.collect(env_kwargs, teacher, per_round, learner=model,
                                 seed_base=DEMONSTRATION_SEED_BASE + DAGGER_SEED_STRIDE * round_,
-                                workers=config.imitation_workers)
+                                workers=config.imitation_workers, best_of=best_of)
         demonstrations = imitation.merge(demonstrations, own)
         accuracy = imitation.clone(model.policy, demonstrations, epochs=max(config.imitation_epochs // 2, 1),
                                    rare_weight=config.imitation_rare_weight, seed=config.seed + round_)
-    export(model, *_observation_shape(config), out / "imitated", training={"imitated": teacher})
+    export(model, *_observation_shape(config), out / "imitated", training={"imitated": described})
     if progress:
         critic = f"the critic learns their value ({warmup:,} steps)" if warmup else "no critic warm-up (too short)"
         print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; {critic}", flush=True)

@@ -41,9 +41,11 @@ class EpisodeResult:
     rebalances_per_hour: float = 0.0
 
 
-def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str, record: bool = False) -> EpisodeResult:
-    """Run ``policy`` for one episode of ``scenario`` seeded by ``seed``."""
-    observation, info = env.reset(seed=seed, options={"scenario": scenario})
+def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str | None,
+                record: bool = False) -> EpisodeResult:
+    """Run ``policy`` for one episode of ``scenario`` seeded by ``seed`` (None: the scenario the environment
+    draws from the seed, as in training)."""
+    observation, info = env.reset(seed=seed, options={"scenario": scenario} if scenario else None)
     policy.reset()
     efficiencies: list[float] = []
     situation = env.situation
