@@ -179,6 +179,38 @@ def test_workers_label_after_a_cloning_on_several_threads():
     assert result.stdout.split() == ["300", "2"]
 
 
+# one pipeline where doing nothing sometimes wins (bursts that end) and sometimes moving does (a lasting straggler)
+BURSTS_OR_STRAGGLER = {**STRAGGLER, "scenarios": ["bursty", "persistent"], "duration_s": 600.0}
+
+
+def test_a_privileged_teacher_labels_each_episode_of_one_pipeline_with_the_rule_that_did_best_on_it():
+    """With best_of, an episode of one pipeline is labelled along the run of whichever rule scored the higher
+    mean efficiency on that whole episode: over these seeds, each rule's own labels where it won, both rules
+    winning some."""
+    seeds = range(5000, 5012)
+    env = RepartitionEnv(**BURSTS_OR_STRAGGLER)
+    expected, winners = [], set()
+    for seed in seeds:
+        runs = {rule: run_episode(env, make_policy(rule), seed, None, record=True) for rule in ("static", "falcon")}
+        winner = "falcon" if runs["falcon"].efficiency > runs["static"].efficiency + 1e-6 else "static"
+        winners.add(winner)
+        expected.append(collect(BURSTS_OR_STRAGGLER, winner, len(runs[winner].timeline["efficiency"]),
+                                seed_base=seed))
+    assert winners == {"static", "falcon"}
+    wanted = sum(len(labels) for labels in expected)
+    labelled = collect(BURSTS_OR_STRAGGLER, "falcon", wanted, best_of=["static"], seed_base=seeds[0], workers=2)
+    assert np.array_equal(labelled.actions, np.concatenate([labels.actions for labels in expected]))
+    assert np.array_equal(labelled.observations, np.concatenate([labels.observations for labels in expected]))
+
+
+def test_a_privileged_teacher_leaves_a_replicated_job_to_the_teacher():
+    """A replicated job's episodes are the teacher's, whatever another rule scored on them."""
+    replicated = {**BURSTS_OR_STRAGGLER, "data_parallel": [2, 2]}
+    alone = collect(replicated, "falcon", 400)
+    assert (alone.actions != KEEP).any()  # the teacher moves: static's labels (all keep) would differ
+    assert np.array_equal(collect(replicated, "falcon", 400, best_of=["static"]).actions, alone.actions)
+
+
 def test_a_clairvoyant_teacher_labels_from_the_simulators_future():
     """``hindsight`` (the oracle's timing with the learned policy's actions) needs the true future: collect
     hands it the simulator's view, and it moves on a lasting straggler, every label valid where it was taken."""

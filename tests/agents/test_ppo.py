@@ -109,10 +109,14 @@ def test_config_file_is_validated(tmp_path):
         TrainConfig.from_yaml(bad)
     for key, value in (("imitation_rounds", "-1"), ("anchor_learning_rate", "0"), ("imitate", "nobody"),
                        ("imitation_rare_weight", "0"), ("imitation_workers", "0"), ("imitation_workers", "65"),
-                       ("vec_env", "threads")):
+                       ("vec_env", "threads"), ("imitation_best_of", "[static, nobody]"),
+                       ("imitation_best_of", "static"), ("imitation_best_of", "[static]  # and no imitate")):
         bad.write_text(f"rlpipe/Repartition-v0:\n  {key}: {value}\n")
         with pytest.raises(InputError, match=key):
             TrainConfig.from_yaml(bad)
+    bad.write_text("rlpipe/Repartition-v0:\n  imitation_best_of: [static]\n")
+    with pytest.raises(InputError, match="imitation_best_of: .* name the teacher in imitate"):
+        TrainConfig.from_yaml(bad)
     config = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "ppo.yml")
     assert config.n_envs == 16 and "heavy" in config.env_kwargs["scenarios"]
 
