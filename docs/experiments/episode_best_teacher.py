@@ -61,6 +61,31 @@ session to hold all three cells that decide the bar at once (bursty 4 x 1, mixed
 without PPO, scored on 10 of the table's 55 cells, and the gains over falcon on bursty are small (+0.0002 to
 +0.0007): a candidate teacher for the next retrain (`imitate:` would need it in the package, and the retrain the
 full table and the live benchmark), not a result.
+
+The `--hybrid-falcon` teacher is now the training option `imitation_best_of` (`rlpipe.agents.imitation.
+episode_teacher`: `imitate: falcon` with `imitation_best_of: [static, threshold]`). The retrain with it
+(2026-12-03, 10:57-11:19, `rlpipe train --config configs/ppo.yml` with those two lines; 22 min, imitation with 3
+DAgger rounds 8 min) kept its imitated policy (held-out 0.9595; PPO's 0.9587-0.9590 never beat it), and on the
+README table's 55 cells it fell below the bar in four, none of them among the ten scored above:
+
+| cell | policy | best rule | policy - best |
+|---|---|---|---|
+| 2 x 1 drift | 0.9817 | threshold 0.9972 | -0.0155 |
+| 8 x 1 mixed | 0.9216 | threshold 0.9372 | -0.0156 |
+| 8 x 1 network | 0.9931 | threshold 0.9978 | -0.0047 |
+| 4 x 4 mixed | 0.8247 | falcon 0.8297 | -0.0050 |
+
+with gains where falcon moved on what ends (4 x 4 heavy +0.0033, bursty +0.0017) and bursty 4 x 1 at -0.0030.
+Layout means against the envelope: 2 x 1 -0.0017, 4 x 1 -0.0002, 8 x 1 -0.0020, 4 x 2 -0.0002, 4 x 4 -0.0001.
+Not shipped; configs/ppo.yml imitates falcon alone again.
+
+Why: the rule that wins an episode of one pipeline is not only a matter of bursts. On 240 training episodes of
+one pipeline (these seeds, configs/ppo.yml's options), static beat falcon on 35% of `none` episodes, 33% of
+`light`, 11% of `jitter` (median win 0.036) and 20% of `seqlen`, where the scenario has nothing to move for and
+falcon moved on what the timers showed: outliers and persistent per-stage timer biases, which look like the
+onset of a lasting imbalance. Drift and persistent episodes were never won by static. Labels of "keep" on
+states that look like a lasting imbalance's onset teach the student to hold at the onset of drift and of a
+congested link too, at stage counts the ten cells did not score.
 """
 
 from __future__ import annotations
