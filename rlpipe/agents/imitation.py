@@ -7,10 +7,10 @@ The cloning is a plain supervised loop (cross-entropy over the valid actions onl
 does not know MaskablePPO's action masks. Rounds of DAgger then label the clone's own states, and during
 PPO a :class:`BehaviourAnchor` keeps the actor near the teacher's decisions.
 
-A teacher can also be privileged (Chen et al. 2019, "Learning by Cheating"): with ``best_of`` rules, each
-episode of one pipeline is labelled by whichever of them and the teacher did best on that whole episode, a
-choice from its outcome that no causal policy can make; the student sees only the observation, and learns
-from it when holding through a slowdown pays and when moving does.
+A teacher can also be privileged (Chen et al. 2019, "Learning by Cheating"): a :class:`PrivilegedTeacher`
+labels each episode of one pipeline with whichever of its rules did best on that whole episode, a choice from
+its outcome that no causal policy can make; the student sees only the observation, and learns from it when
+holding through a slowdown pays and when moving does.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +49,52 @@ class Demonstrations:
         return len(self.actions)
 
 
-def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any = None,
-            seed_base: int = DEMONSTRATION_SEED_BASE, workers: int = 1, best_of: Sequence[str] = ()) -> Demonstrations:
+@dataclass(frozen=True)
+class PrivilegedTeacher:
+    """A teacher that labels an episode of one pipeline with whichever of ``rule`` and ``alternatives`` did
+    best on that whole episode (mean efficiency; an alternative only where it beat ``rule`` by more than
+    ``margin``, and the earlier of alternatives that tie), and a replicated job's episode with ``rule``: labels
+    that switched between layers-only rules and micro-batches-first ones from episode to episode, on replicated
+    states that look alike, left a clone that did neither well (up to 0.0074 under falcon;
+    docs/experiments/episode_best_teacher.py).
+
+    Args:
+        rule: the teacher (a rule's name, as :func:`~rlpipe.agents.make_policy` takes it).
+        alternatives: rules that may label an episode of one pipeline instead.
+        margin: the efficiency (0-1) by which an alternative must beat ``rule`` on the episode.
+    """
+
+    rule: str
+    alternatives: tuple[str, ...] = ()
+    margin: float = 0.0
+
+    def for_episode(self, env: RepartitionEnv, seed: int) -> str:
+        """The rule that labels the episode of ``seed`` (each rule run through it once, one pipeline only)."""
+        env.reset(seed=seed)
+        if env.situation.replicas > 1 or not self.alternatives:
+            return self.rule
+        # a rule that does what another did scores within rounding of it
+        bar = run_episode(env, make_policy(self.rule), seed, None).efficiency + self.margin + 1e-9
+        best = self.rule
+        for rule in self.alternatives:
+            efficiency = run_episode(env, make_policy(rule), seed, None).efficiency
+            if efficiency > bar:
+                best, bar = rule, efficiency + 1e-9
+        return best
+
+    def __str__(self) -> str:
+        if not self.alternatives:
+            return self.rule
+        margin = f" by more than {self.margin:g}" if self.margin else ""
+        return (f"{self.rule}, or on an episode of one pipeline the best of {', '.join(self.alternatives)} where "
+                f"it beat {self.rule}{margin}")
+
+
+Teacher = str | PrivilegedTeacher  # a rule's name, or a rule that may hand an episode to another
+
+
+def collect(env_kwargs: dict[str, Any], teacher: Teacher, steps: int, learner: Any = None,
+            seed_base: int = DEMONSTRATION_SEED_BASE, workers: int = 1) -> Demonstrations:
     """Label ``steps`` decisions with ``teacher``'s, in episodes drawn as training draws them (seeds of
     their own, from ``seed_base``).
 
@@ -60,14 +104,13 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
     where it then errs more); the rules' counts follow the job that runs, so a label is what the teacher
     would do in the learner's place.
 
-    With ``best_of`` rules, an episode of one pipeline is labelled by the rule that did best on it
-    (:func:`episode_teacher`); a replicated job's by ``teacher``.
+    A :class:`PrivilegedTeacher` labels each episode with the rule it picks for it.
 
     ``workers`` > 1 runs episodes in that many forked processes (a clairvoyant teacher labels ~300
     decisions a second, a rule ~1,000); the decisions are the same as one process's, in seed order."""
     parts: list[Demonstrations] = []
     total = 0
-    episodes = _episodes(env_kwargs, (teacher, tuple(best_of)), learner, seed_base, workers, steps)
+    episodes = _episodes(env_kwargs, teacher, learner, seed_base, workers, steps)
     for part in episodes:
         parts.append(part)
         total += len(part)
@@ -76,9 +119,6 @@ def collect(env_kwargs: dict[str, Any], teacher: str, steps: int, learner: Any =
     episodes.close()  # stops the worker processes, if any
     merged = merge(*parts)
     return Demonstrations(merged.observations[:steps], merged.masks[:steps], merged.actions[:steps])
-
-
-Teacher = tuple[str, tuple[str, ...]]  # the teacher, and the rules that may label one pipeline's episode instead
 
 
 def _episodes(env_kwargs: dict[str, Any], teacher: Teacher, learner: Any, seed_base: int, workers: int,
@@ -128,8 +168,7 @@ def _episode(env_kwargs: dict[str, Any], teacher: Teacher, learner: Any, seed: i
     """One episode of ``seed`` (its first ``limit`` decisions), every decision labelled with ``teacher``'s
     (see :func:`collect`)."""
     env = RepartitionEnv(**env_kwargs)
-    rule, best_of = teacher
-    policy = make_policy(episode_teacher(env, (*best_of, rule), seed) if best_of else rule)
+    policy = make_policy(teacher.for_episode(env, seed) if isinstance(teacher, PrivilegedTeacher) else teacher)
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     actions: list[int] = []
@@ -149,23 +188,6 @@ def _episode(env_kwargs: dict[str, Any], teacher: Teacher, learner: Any, seed: i
         observation, _, terminated, truncated, _ = env.step(action)
         done = terminated or truncated
     return Demonstrations(np.array(observations, dtype=np.float32), np.array(masks), np.array(actions))
-
-
-def episode_teacher(env: RepartitionEnv, rules: Sequence[str], seed: int) -> str:
-    """Of ``rules``, the one with the highest mean efficiency over the whole episode of ``seed`` (a tie: the
-    earlier one, listed to move least first), on one pipeline; on a replicated job the last one, the teacher:
-    labels that switched between layers-only rules and micro-batches-first ones from episode to episode, on
-    replicated states that look alike, left a clone that did neither well (up to 0.0074 under falcon;
-    docs/experiments/episode_best_teacher.py)."""
-    env.reset(seed=seed)
-    if env.situation.replicas > 1:
-        return rules[-1]
-    best, best_efficiency = rules[0], -np.inf
-    for rule in rules:
-        efficiency = run_episode(env, make_policy(rule), seed, None).efficiency
-        if efficiency > best_efficiency + 1e-6:  # a rule that does what an earlier one did scores within rounding
-            best, best_efficiency = rule, efficiency
-    return best
 
 
 def merge(*sets: Demonstrations) -> Demonstrations:

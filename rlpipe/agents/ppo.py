@@ -77,7 +77,8 @@ class TrainConfig:
     imitate: str | None = None  # a heuristic whose decisions the actor learns first (None: from scratch)
     imitation_steps: int = 500_000  # at most; a short run imitates in proportion (imitation_share of its steps)
     imitation_best_of: list[str] = field(default_factory=list)  # rules that label an episode of one pipeline
-    # instead of the teacher where one of them did best on it (a privileged teacher: imitation.episode_teacher)
+    # instead of the teacher where one of them did best on it (imitation.PrivilegedTeacher)
+    imitation_best_margin: float = 0.0  # ... by more than this much efficiency (0-1)
     imitation_share: float = 0.15
     imitation_epochs: int = 8
     imitation_rare_weight: float = 5.0  # the cloning loss weighs the teacher's moves (not keep) this many times
@@ -157,6 +158,8 @@ class TrainConfig:
         unknown = [rule for rule in self.imitation_best_of if rule not in HEURISTICS]
         if unknown:
             raise InputError(f"{source}: imitation_best_of: heuristics ({', '.join(HEURISTICS)}), got {unknown[0]!r}")
+        if not 0 <= self.imitation_best_margin < 1:
+            raise InputError(f"{source}: imitation_best_margin: must be in [0, 1), got {self.imitation_best_margin}")
         if self.imitation_best_of and self.imitate is None:
             raise InputError(f"{source}: imitation_best_of: the rules that may label instead of the teacher; "
                              f"name the teacher in imitate")
@@ -368,13 +371,12 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
     the critic then learns their value (actor held still). Returns every decision learned from; the
     imitated actor is saved as ``imitated/policy.pt``."""
     decisions, per_round, warmup = imitation_budget(config)
-    env_kwargs, teacher, best_of = _env_kwargs(config), str(config.imitate), config.imitation_best_of
-    described = (f"the best of {', '.join([*best_of, teacher])} on each episode of one pipeline, {teacher} on "
-                 f"replicated jobs" if best_of else teacher)
+    env_kwargs = _env_kwargs(config)
+    teacher = imitation.PrivilegedTeacher(str(config.imitate), tuple(config.imitation_best_of),
+                                          config.imitation_best_margin)
     if progress:
-        print(f"imitation: {decisions:,} decisions of {described} ...", flush=True)
-    demonstrations = imitation.collect(env_kwargs, teacher, decisions, workers=config.imitation_workers,
-                                       best_of=best_of)
+        print(f"imitation: {decisions:,} decisions of {teacher} ...", flush=True)
+    demonstrations = imitation.collect(env_kwargs, teacher, decisions, workers=config.imitation_workers)
     accuracy = imitation.clone(model.policy, demonstrations, epochs=config.imitation_epochs,
                                rare_weight=config.imitation_rare_weight, seed=config.seed)
     for round_ in range(1, config.imitation_rounds + 1):
@@ -383,11 +385,11 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
                   f"{config.imitation_rounds}: {per_round:,} of its own decisions labelled ...", flush=True)
         own = imitation.collect(env_kwargs, teacher, per_round, learner=model,
                                 seed_base=DEMONSTRATION_SEED_BASE + DAGGER_SEED_STRIDE * round_,
-                                workers=config.imitation_workers, best_of=best_of)
+                                workers=config.imitation_workers)
         demonstrations = imitation.merge(demonstrations, own)
         accuracy = imitation.clone(model.policy, demonstrations, epochs=max(config.imitation_epochs // 2, 1),
                                    rare_weight=config.imitation_rare_weight, seed=config.seed + round_)
-    export(model, *_observation_shape(config), out / "imitated", training={"imitated": described})
+    export(model, *_observation_shape(config), out / "imitated", training={"imitated": str(teacher)})
     if progress:
         critic = f"the critic learns their value ({warmup:,} steps)" if warmup else "no critic warm-up (too short)"
         print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; {critic}", flush=True)
