@@ -70,8 +70,10 @@ class PrivilegedTeacher:
 
     def for_episode(self, env: RepartitionEnv, seed: int) -> str:
         """The rule that labels the episode of ``seed`` (each rule run through it once, one pipeline only)."""
+        if not self.alternatives:
+            return self.rule
         env.reset(seed=seed)
-        if env.situation.replicas > 1 or not self.alternatives:
+        if env.situation.replicas > 1:
             return self.rule
         # a rule that does what another did scores within rounding of it
         bar = run_episode(env, make_policy(self.rule), seed, None).efficiency + self.margin + 1e-9
