@@ -82,8 +82,8 @@ Not shipped; configs/ppo.yml imitates falcon alone again.
 Why: the rule that wins an episode of one pipeline is not only a matter of bursts. On 240 training episodes of
 one pipeline (these seeds, configs/ppo.yml's options), static beat falcon on 35% of `none` episodes, 33% of
 `light`, 11% of `jitter` (median win 0.036) and 20% of `seqlen`, where the scenario has nothing to move for and
-falcon moved on what the timers showed: outliers and persistent per-stage timer biases, which look like the
-onset of a lasting imbalance. Drift and persistent episodes were never won by static. Labels of "keep" on
+falcon moved on what the timers showed: timer noise (mostly the calibrated model's, below), which looks like
+the onset of a lasting imbalance. Drift and persistent episodes were never won by static. Labels of "keep" on
 states that look like a lasting imbalance's onset teach the student to hold at the onset of drift and of a
 congested link too, at stage counts the ten cells did not score.
 
