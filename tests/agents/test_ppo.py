@@ -110,8 +110,7 @@ def test_config_file_is_validated(tmp_path):
     for key, value in (("imitation_rounds", "-1"), ("anchor_learning_rate", "0"), ("imitate", "nobody"),
                        ("imitation_rare_weight", "0"), ("imitation_workers", "0"), ("imitation_workers", "65"),
                        ("vec_env", "threads"), ("imitation_best_of", "[static, nobody]"),
-                       ("imitation_best_of", "static"), ("imitation_best_of", "[static]  # and no imitate"),
-                       ("imitation_best_margin", "1")):
+                       ("imitation_best_of", "static"), ("imitation_best_margin", "1")):
         bad.write_text(f"rlpipe/Repartition-v0:\n  {key}: {value}\n")
         with pytest.raises(InputError, match=key):
             TrainConfig.from_yaml(bad)
