@@ -1,7 +1,10 @@
 """Evaluation: every policy on the same seeded episodes of every scenario, as metrics, tables and plots.
 
 All policies of a scenario meet the same episodes (common random numbers: the same situation,
-trace and timer noise), so their differences are the policies' and not the luck of the draw.
+trace and timer noise), so their differences are the policies' and not the luck of the draw. Each policy
+is also compared, episode by episode, with the scenario's best rule: the paired difference's mean and its
+95% bootstrap interval say whether a gap is the policies' or the few episodes' (a heavy-tailed scenario
+such as bursty needs many episodes to tell 0.003 apart).
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 
     """Metrics per scenario and policy, plus a recorded timeline of each scenario's first episode.
 
     ``speedup_vs_static`` compares throughput (iterations per second, stalls included) with the
-    ``static`` policy on the same episodes; static runs even when not asked for.
+    ``static`` policy on the same episodes; static runs even when not asked for. Where ``policies`` name
+    any of :data:`RULES`, every policy also gets ``vs_best_rule_*``: its efficiency minus that of the
+    scenario's best named rule, episode by episode (see :func:`against_best_rule`).
     """
     config = config or EnvConfig()
     names = list(dict.fromkeys(policies))
@@ -62,7 +67,8 @@ def evaluate(policies: Sequence[str], scenarios: Sequence[str], episodes: int = 
                     runs[name].append(run_episode(envs[name], loaded[name], seed * EPISODE_SEED_STRIDE + episode,
                                                   scenario, record=episode == 0))
                     bar.update()
-            results["scenarios"][scenario] = {name: _metrics(runs[name], runs["static"]) for name in names}
+            table = {name: _metrics(runs[name], runs["static"]) for name in names}
+            results["scenarios"][scenario] = against_best_rule(table, runs)
             results["timelines"][scenario] = {name: runs[name][0].timeline for name in names}
     return results
 
@@ -89,6 +95,7 @@ def environments(policies: dict[str, Policy], config: EnvConfig) -> dict[str, Re
 
 
 BOOTSTRAP_RESAMPLES = 2000
+RULES = ("static", "greedy", "dynpipe", "threshold", "falcon")  # the causal rules a learned policy must match
 
 
 def bootstrap_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -100,6 +107,24 @@ def bootstrap_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, 
     rng = np.random.default_rng(0)
     means = values[rng.integers(len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
     return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2))
+
+
+def against_best_rule(table: dict[str, dict[str, Any]], runs: dict[str, list[EpisodeResult]]) -> dict[str, Any]:
+    """``table`` (one scenario's metrics by policy) with each policy compared to the best rule among those it
+    names (:data:`RULES`; the highest mean efficiency, the first named on a tie): ``best_rule``, and
+    ``vs_best_rule_mean``, ``_low`` and ``_high``, the mean of the per-episode differences (policy - best rule,
+    on the same episodes) and its 95% bootstrap interval. Unchanged when it names no rule."""
+    rules = [name for name in table if name in RULES]
+    if not rules:
+        return table
+    best = max(rules, key=lambda name: table[name]["efficiency_mean"])
+    best_efficiency = np.array([r.efficiency for r in runs[best]])
+    for name, metrics in table.items():
+        difference = np.array([r.efficiency for r in runs[name]]) - best_efficiency
+        low, high = bootstrap_interval(difference)
+        metrics.update(best_rule=best, vs_best_rule_mean=float(difference.mean()), vs_best_rule_low=low,
+                       vs_best_rule_high=high)
+    return table
 
 
 def _metrics(runs: list[EpisodeResult], static: list[EpisodeResult]) -> dict[str, float]:
@@ -119,19 +144,30 @@ def _metrics(runs: list[EpisodeResult], static: list[EpisodeResult]) -> dict[str
 
 
 def to_markdown(results: dict[str, Any]) -> str:
-    """The metrics as one Markdown table per scenario."""
+    """The metrics as one Markdown table per scenario (with a column against the best rule where one ran)."""
     lines = []
     for scenario, table in results["scenarios"].items():
+        paired = any("best_rule" in m for m in table.values())
         lines += [f"### {scenario}", "",
                   "| policy | efficiency | 95% interval | speedup vs static | repartitions/h | rebalances/h "
-                  "| stall s/h |", "|---|---|---|---|---|---|---|"]
+                  "| stall s/h |" + (" vs best rule (95% paired interval) |" if paired else ""),
+                  "|---|---|---|---|---|---|---|" + ("---|" if paired else "")]
         for name, m in table.items():
             interval = f"{m['efficiency_low']:.4f}-{m['efficiency_high']:.4f}"
             lines.append(f"| {name} | {m['efficiency_mean']:.4f} | {interval} | "
                          f"{m['speedup_vs_static']:.3f} | {m['repartitions_per_hour']:.1f} | "
-                         f"{m.get('rebalances_per_hour', 0.0):.1f} | {m['stall_s_per_hour']:.1f} |")
+                         f"{m.get('rebalances_per_hour', 0.0):.1f} | {m['stall_s_per_hour']:.1f} |"
+                         + (f" {_versus_best_rule(name, m)} |" if paired else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+def _versus_best_rule(name: str, metrics: dict[str, Any]) -> str:
+    """A table cell: ``-0.0026 (-0.0051 to -0.0004) vs static``, or ``the best rule``."""
+    if name == metrics["best_rule"]:
+        return "the best rule"
+    return (f"{metrics['vs_best_rule_mean']:+.4f} ({metrics['vs_best_rule_low']:+.4f} to "
+            f"{metrics['vs_best_rule_high']:+.4f}) vs {metrics['best_rule']}")
 
 
 def write_report(results: dict[str, Any], out_dir: str | Path) -> list[Path]:

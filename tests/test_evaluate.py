@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.envs import EnvConfig
-from rlpipe.evaluate import evaluate, write_report
+from rlpipe.evaluate import evaluate, to_markdown, write_report
 
 
 def test_evaluate_is_deterministic_and_complete(tmp_path):
@@ -21,12 +21,42 @@ def test_evaluate_is_deterministic_and_complete(tmp_path):
     assert heavy["static"]["speedup_vs_static"] == pytest.approx(1.0)
     for metrics in heavy.values():
         assert set(metrics) == {"efficiency_mean", "efficiency_low", "efficiency_high", "speedup_vs_static",
-                                "repartitions_per_hour", "rebalances_per_hour", "stall_s_per_hour"}
+                                "repartitions_per_hour", "rebalances_per_hour", "stall_s_per_hour", "best_rule",
+                                "vs_best_rule_mean", "vs_best_rule_low", "vs_best_rule_high"}
         assert 0.0 < metrics["efficiency_low"] <= metrics["efficiency_mean"] <= metrics["efficiency_high"] <= 1.0
     assert first["scenarios"]["none"]["static"]["efficiency_mean"] == pytest.approx(1.0)
     files = write_report(first, tmp_path)
     assert all(f.exists() and f.stat().st_size > 0 for f in files)
     assert any(f.suffix == ".png" and "timeline" in f.name for f in files)
+
+
+def test_each_policy_is_compared_episode_by_episode_with_the_best_rule(tmp_path):
+    """On heavy, threshold beats static in every episode: threshold is the best rule, static's paired interval
+    lies wholly below 0 and the oracle's above it. falcon on one pipeline is the threshold rule, so its paired
+    difference is exactly 0, though the episodes' own spread is wide."""
+    config = EnvConfig(duration_s=900, min_stages=4, max_stages=4)
+    results = evaluate(["static", "threshold", "falcon", "oracle"], ["heavy"], episodes=4, seed=5, config=config,
+                       progress=False)
+    heavy = results["scenarios"]["heavy"]
+    assert {m["best_rule"] for m in heavy.values()} == {"threshold"}
+    assert heavy["static"]["vs_best_rule_low"] <= heavy["static"]["vs_best_rule_mean"] <= \
+        heavy["static"]["vs_best_rule_high"] < 0.0
+    assert heavy["oracle"]["vs_best_rule_low"] > 0.0
+    assert heavy["static"]["vs_best_rule_mean"] == pytest.approx(
+        heavy["static"]["efficiency_mean"] - heavy["threshold"]["efficiency_mean"])
+    falcon = heavy["falcon"]
+    assert falcon["vs_best_rule_low"] == falcon["vs_best_rule_mean"] == falcon["vs_best_rule_high"] == 0.0
+    assert falcon["efficiency_high"] - falcon["efficiency_low"] > 0.001
+    markdown = to_markdown(results)
+    assert "| threshold |" in markdown and "the best rule |" in markdown
+    low, high = heavy["static"]["vs_best_rule_low"], heavy["static"]["vs_best_rule_high"]
+    assert f"({low:+.4f} to {high:+.4f}) vs threshold |" in markdown
+
+
+def test_without_a_rule_there_is_no_best_rule():
+    results = evaluate(["oracle"], ["light"], episodes=1, config=EnvConfig(duration_s=300), progress=False)
+    assert "best_rule" not in results["scenarios"]["light"]["oracle"]
+    assert "vs best rule" not in to_markdown(results)
 
 
 def test_a_hybrid_jobs_report_draws_every_devices_slowdown(tmp_path):
@@ -86,6 +116,7 @@ def test_evaluate_reproduces_the_recorded_results(tmp_path):
     for scenario, table in golden.items():
         assert produced[scenario].keys() == table.keys(), scenario
         for policy, metrics in table.items():
+            assert produced[scenario][policy].keys() == metrics.keys(), (scenario, policy)
             for key, value in metrics.items():
-                assert produced[scenario][policy][key] == pytest.approx(value, rel=1e-6, abs=1e-9), \
-                    (scenario, policy, key)
+                expected = value if isinstance(value, str) else pytest.approx(value, rel=1e-6, abs=1e-9)
+                assert produced[scenario][policy][key] == expected, (scenario, policy, key)
