@@ -185,6 +185,8 @@ def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    import torch
+
     from rlpipe.agents import make_policy
     from rlpipe.evaluate import evaluate, to_markdown, write_report
     from rlpipe.interference import check_scenario
@@ -197,6 +199,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         check_scenario(scenario)
     if args.episodes < 1:
         raise InputError(f"--episodes: must be >= 1, got {args.episodes}")
+    # one decision at a time through a small network: a second thread only contends, with the simulator and with
+    # evaluations run side by side (one per core, as the README's table is made)
+    torch.set_num_threads(1)
     results = evaluate(policies, scenarios, args.episodes, args.seed, env_config_from_args(args))
     files = write_report(results, args.out)
     print(to_markdown(results))
