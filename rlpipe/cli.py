@@ -200,9 +200,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.episodes < 1:
         raise InputError(f"--episodes: must be >= 1, got {args.episodes}")
     # one decision at a time through a small network: a second thread only contends, with the simulator and with
-    # evaluations run side by side (one per core, as the README's table is made)
+    # evaluations run side by side (one per core, as the README's table is made: two of ppo took 18 s with two
+    # threads each, 3 s with one); restored after, for a caller in the same process
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    results = evaluate(policies, scenarios, args.episodes, args.seed, env_config_from_args(args))
+    try:
+        results = evaluate(policies, scenarios, args.episodes, args.seed, env_config_from_args(args))
+    finally:
+        torch.set_num_threads(threads)
     files = write_report(results, args.out)
     print(to_markdown(results))
     print("wrote " + ", ".join(str(f) for f in files))
