@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from rlpipe.agents import make_policy
+from rlpipe.agents import FALLBACKS, make_policy
 from rlpipe.decision import Policy
 from rlpipe.envs.evaluation import EpisodeResult, run_episode
 from rlpipe.envs.repartition import EnvConfig, RepartitionEnv
@@ -95,7 +95,7 @@ def environments(policies: dict[str, Policy], config: EnvConfig) -> dict[str, Re
 
 
 BOOTSTRAP_RESAMPLES = 2000
-RULES = ("static", "greedy", "dynpipe", "threshold", "falcon")  # the causal rules a learned policy must match
+RULES = FALLBACKS  # the causal rules, the live fallbacks: what a learned policy must match
 
 
 def bootstrap_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
