@@ -330,6 +330,21 @@ class ObservationEncoder:
         doubled = len(self._past_sorted) - bisect.bisect_right(self._past_sorted, 2 * age)
         return (doubled + 0.5) / (outlasted + 1.0)
 
+    def expected_remaining_iterations(self, age_iterations: float, min_seen: int = 3) -> float | None:
+        """How many more iterations an imbalance ``age_iterations`` old is expected to last, judged by the
+        slowdowns this run has seen end: the mean further life of those that outlasted its age. None when fewer
+        than ``min_seen`` outlasted it: too little history to judge (an imbalance older than every one seen may
+        be of a new kind)."""
+        age = max(age_iterations, 1)
+        longer = self._past_sorted[bisect.bisect_right(self._past_sorted, age):]
+        if len(longer) < min_seen:
+            return None
+        return sum(longer) / len(longer) - age
+
+    def at_launch(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> bool:
+        """Whether ``boundaries`` and ``split`` are the launch plan: the one that fits the job without slowdowns."""
+        return tuple(boundaries) == self.planner.ideal_boundaries and tuple(split) == self.planner.even
+
     # --- observing an interval ----------------------------------------------------------------------
 
     def _check(self, stats: IntervalStats) -> None:
@@ -365,9 +380,8 @@ class ObservationEncoder:
         # loss may be the plan's own (fitted to a slowdown that ended), and the count goes on.
         if ended.any():
             continuing = self.elevated_iterations > stats.iterations
-            at_launch = tuple(stats.boundaries) == planner.ideal_boundaries and self.split == planner.even
-            self.imbalance_moved = (at_launch and bool(np.any(self.elevated_iterations > 0))
-                                    and not bool(continuing.any()))
+            self.imbalance_moved = (self.at_launch(stats.boundaries, self.split)
+                                    and bool(np.any(self.elevated_iterations > 0)) and not bool(continuing.any()))
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
             self._past_sorted = sorted(self.past_slowdowns)
             self._past_median = statistics.median(self._past_sorted)

@@ -156,18 +156,28 @@ class ThresholdPolicy(PolicyBase):
     collection, that always end soon are held through), re-plan. Against a clairvoyant that knows how
     long the imbalance lasts, paying at most the stall twice is the classic 2-competitive bound.
 
+    That bound prices the move alone. A move away from the launch plan has a way back: once the imbalance
+    ends, the job runs a plan fitted to it until the count brings it home (up to a stall's worth of time
+    lost, by the same count) and then pays the stall back. So such a move must also pay for its round trip
+    (:func:`pays_round_trip`): over the imbalance's expected remaining life, judged by the slowdowns this
+    run has seen end, it must save ``round_trip`` times its stall. Pauses of a second or two on iterations
+    of milliseconds (``seqlen`` on a small model) otherwise cost a stall there and one back, every time.
+
     Args:
         min_gain: the smallest predicted gain acted on (0.03: 3%).
         noise_multiple: the gain must also exceed this many times the noise of the estimates.
         confirm_intervals: intervals in a row the gain must hold before a re-plan.
         min_survival: the least likelihood (the encoder's ``imbalance_survival``) that the imbalance lasts
             as long again (0.3; with no slowdown ended yet it is 0.5).
+        round_trip: stalls a move away from the launch plan must save over the imbalance's expected
+            remaining life (3: its own, the time lost after the imbalance ends, the stall back; 0: no test).
     """
 
     min_gain: float = 0.03
     noise_multiple: float = 3.0
     confirm_intervals: int = 2
     min_survival: float = 0.3
+    round_trip: float = 3.0
     name: str = "threshold"
     _count: LostTime = field(default_factory=LostTime, init=False)
     _running: JobPlan = field(default=None, init=False)
@@ -186,7 +196,9 @@ class ThresholdPolicy(PolicyBase):
         self._running = restart_on_change(self._running, context, self._count)
         fires = ski_rental_fires(self._count, encoder.replan_figures, encoder, bool(mask[REPLAN]),
                                  self.confirm_intervals, self.min_survival)
-        return REPLAN if fires else KEEP
+        pays = pays_round_trip(self._count, encoder.replan_figures, encoder, (encoder.targets.replan, encoder.split),
+                               self.round_trip)
+        return REPLAN if fires and pays else KEEP
 
 
 JobPlan = tuple[tuple[int, ...], tuple[int, ...]] | None  # (partition, split) a rule last saw running
@@ -218,6 +230,23 @@ def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationE
             and encoder.imbalance_survival() >= min_survival)
 
 
+def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder,
+                    plan: tuple[tuple[int, ...], tuple[int, ...]], round_trip: float) -> bool:
+    """Whether a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
+    its stall s), pays for its round trip. Home to the launch plan it always does. Away from it, the time it
+    saves over the expected remaining life of the imbalance its ``count`` has held
+    (:meth:`ObservationEncoder.expected_remaining_iterations`, at the iteration time now) must reach
+    ``round_trip`` stalls. With too little history to judge, it does: the ski-rental count alone decides."""
+    if round_trip <= 0 or encoder.at_launch(*plan):
+        return True
+    remaining_iterations = encoder.expected_remaining_iterations(count.held_iterations)
+    if remaining_iterations is None:
+        return True
+    now_ms, after_ms, stall_s = figures
+    saved_s = (1.0 - after_ms / now_ms) * remaining_iterations * now_ms / 1e3
+    return saved_s >= round_trip * stall_s
+
+
 @dataclass
 class FalconPolicy(PolicyBase):
     """FALCON (Alibaba, USENIX ATC'25): mitigate a straggler in a replicated job with the cheap lever
@@ -230,16 +259,18 @@ class FalconPolicy(PolicyBase):
     reaches its stall, its gain has held ``confirm_intervals`` intervals in a row and the imbalance is
     likely to last (as the threshold rule judges them). A rebalance costs less, so it fires first, and the
     counts start again from the rebalanced job (from any change of partition or split); the re-split
-    follows when what is still lost outlasts its larger stall. On one pipeline it is the threshold rule.
+    follows when what is still lost outlasts its larger stall. Either lever, away from the launch plan, must
+    also pay for its round trip, as in the threshold rule. On one pipeline it is the threshold rule.
 
     Args (the threshold rule's, same defaults): min_gain (0.03), noise_multiple (3), confirm_intervals (2),
-    min_survival (0.3).
+    min_survival (0.3), round_trip (3).
     """
 
     min_gain: float = 0.03
     noise_multiple: float = 3.0
     confirm_intervals: int = 2
     min_survival: float = 0.3
+    round_trip: float = 3.0
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
@@ -260,19 +291,24 @@ class FalconPolicy(PolicyBase):
             return KEEP
         # the escalation starts again from a changed job (the rebalanced one, say)
         self._running = restart_on_change(self._running, context, self._rebalance, self._replan)
+        targets = encoder.targets
         if encoder.planner.replicas == 1:  # one pipeline: the threshold rule
             fires = ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
                                      self.confirm_intervals, self.min_survival)
-            return REPLAN if fires else KEEP
+            pays = pays_round_trip(self._replan, encoder.replan_figures, encoder, (targets.replan, encoder.split),
+                                   self.round_trip)
+            return REPLAN if fires and pays else KEEP
         rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
                                      self.confirm_intervals, self.min_survival)
-        targets = encoder.targets  # the re-split comes with the split that fits it: which action reaches it
+        rebalance = rebalance and pays_round_trip(self._rebalance, encoder.rebalance_figures, encoder,
+                                                  (context.boundaries, targets.rebalance), self.round_trip)
+        # the re-split comes with the split that fits it: which action reaches it
         both_action = next((action for action, plan in ((REPLAN, (targets.replan, encoder.split)),
                                                         (REBALANCE, (context.boundaries, targets.rebalance)))
                             if plan == targets.both and mask[action]), BOTH)
         resplit = ski_rental_fires(self._replan, encoder.both_figures, encoder, bool(mask[both_action]),
                                    self.confirm_intervals, self.min_survival)
-        if resplit:
+        if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip):
             return both_action
         return REBALANCE if rebalance else KEEP
 

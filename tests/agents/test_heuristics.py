@@ -12,11 +12,12 @@ from rlpipe.agents import (
     ThresholdPolicy,
     make_policy,
 )
+from rlpipe.agents.heuristics import pays_round_trip
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
 from rlpipe.interference import InterferenceTrace
-from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN
+from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, LostTime
 
 
 def drive(env, policy, steps):
@@ -138,6 +139,43 @@ def test_threshold_does_not_chase_timer_noise():
     env = RepartitionEnv(scenarios=("none",), timer_noise=0.05, duration_s=1800)
     for seed in range(3):
         assert run_episode(env, ThresholdPolicy(), seed, "none").repartitions_per_hour <= 1.0
+
+
+def test_a_move_away_must_pay_for_its_round_trip_over_the_imbalances_expected_life():
+    env = RepartitionEnv(min_stages=4, max_stages=4, profiles=("mlp16",), schedules=("1f1b",), microbatches=(8,),
+                         scenarios=("seqlen",), duration_s=900)
+    env.reset(seed=5, options={"scenario": "seqlen"})
+    for _ in range(600):  # about 100 s: pauses of 1-2 s have ended on every device
+        env.step(KEEP)
+    encoder, young, old = env.encoder, LostTime(), LostTime()
+    young.held_iterations, old.held_iterations = 10, 10**6  # old: longer than any pause seen
+    remaining = encoder.expected_remaining_iterations(young.held_iterations)
+    assert remaining is not None and 0 < remaining < 300  # tens of 13 ms iterations
+    saved_s = 0.5 * remaining * 20.0 / 1e3  # 20 ms an iteration now, 10 ms after the move
+
+    def pays(count, stall_s, plan=((0, 4, 9, 14), encoder.planner.even), round_trip=3.0):
+        return pays_round_trip(count, np.array([20.0, 10.0, stall_s]), encoder, plan, round_trip)
+
+    assert pays(young, saved_s / 3.1) and not pays(young, saved_s / 2.9)
+    assert pays(young, saved_s, plan=(encoder.planner.ideal_boundaries, encoder.planner.even))  # home: free
+    assert pays(old, saved_s)  # no history to judge: the ski-rental count alone decides
+    assert pays(young, saved_s, round_trip=0.0)
+
+
+@pytest.mark.slow
+def test_threshold_holds_through_pauses_too_short_to_pay_a_round_trip():
+    """Garbage-collection pauses of 1-2 s on 13 ms iterations span ten decision intervals: the ski-rental count
+    pays a re-plan's stall within a few, and the way back costs another. The round-trip test holds through
+    them once the run has seen a few end."""
+    env = RepartitionEnv(min_stages=4, max_stages=4, profiles=("mlp16",), schedules=("1f1b",), microbatches=(8,),
+                         scenarios=("seqlen",), duration_s=900, migration_overhead_s=(0.5, 0.5))
+    static = run_episode(env, StaticPolicy(), 5, "seqlen")
+    one_way = run_episode(env, ThresholdPolicy(round_trip=0.0), 5, "seqlen")
+    round_trip = run_episode(env, ThresholdPolicy(), 5, "seqlen")
+    assert one_way.repartitions_per_hour >= 20  # the count alone chases the pauses
+    assert round_trip.repartitions_per_hour <= one_way.repartitions_per_hour / 3
+    assert round_trip.efficiency > one_way.efficiency
+    assert round_trip.efficiency >= static.efficiency - 0.002
 
 
 def test_falcon_rebalances_micro_batches_off_a_slow_replica_first():
