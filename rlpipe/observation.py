@@ -330,6 +330,12 @@ class ObservationEncoder:
         doubled = len(self._past_sorted) - bisect.bisect_right(self._past_sorted, 2 * age)
         return (doubled + 0.5) / (outlasted + 1.0)
 
+    @property
+    def imbalance_age_iterations(self) -> float:
+        """How long the most slowed device has been disturbed, iterations (0 when none is): the current
+        imbalance's age, measured as ``past_slowdowns`` are."""
+        return float(self.elevated_iterations[int(np.argmax(self.device_estimate))])
+
     def expected_remaining_iterations(self, age_iterations: float, min_seen: int = 3) -> float | None:
         """How many more iterations an imbalance ``age_iterations`` old is expected to last, judged by the
         slowdowns this run has seen end: the mean further life of those that outlasted its age. None when fewer

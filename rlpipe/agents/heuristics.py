@@ -234,12 +234,14 @@ def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEn
                     plan: tuple[tuple[int, ...], tuple[int, ...]], round_trip: float) -> bool:
     """Whether a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
     its stall s), pays for its round trip. Home to the launch plan it always does. Away from it, the time it
-    saves over the expected remaining life of the imbalance its ``count`` has held
-    (:meth:`ObservationEncoder.expected_remaining_iterations`, at the iteration time now) must reach
-    ``round_trip`` stalls. With too little history to judge, it does: the ski-rental count alone decides."""
+    saves over the imbalance's expected remaining life (:meth:`ObservationEncoder.expected_remaining_iterations`,
+    at the iteration time now) must reach ``round_trip`` stalls. The imbalance's age is how long the most
+    slowed device has been disturbed, or how long ``count`` has held if longer (a plan fitted to a slowdown
+    that ended). With too little history to judge, it pays: the ski-rental count alone decides."""
     if round_trip <= 0 or encoder.at_launch(*plan):
         return True
-    remaining_iterations = encoder.expected_remaining_iterations(count.held_iterations)
+    age_iterations = max(count.held_iterations, encoder.imbalance_age_iterations)
+    remaining_iterations = encoder.expected_remaining_iterations(age_iterations)
     if remaining_iterations is None:
         return True
     now_ms, after_ms, stall_s = figures

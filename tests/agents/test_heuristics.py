@@ -149,7 +149,7 @@ def test_a_move_away_must_pay_for_its_round_trip_over_the_imbalances_expected_li
         env.step(KEEP)
     encoder, young, old = env.encoder, LostTime(), LostTime()
     young.held_iterations, old.held_iterations = 10, 10**6  # old: longer than any pause seen
-    remaining = encoder.expected_remaining_iterations(young.held_iterations)
+    remaining = encoder.expected_remaining_iterations(max(young.held_iterations, encoder.imbalance_age_iterations))
     assert remaining is not None and 0 < remaining < 300  # tens of 13 ms iterations
     saved_s = 0.5 * remaining * 20.0 / 1e3  # 20 ms an iteration now, 10 ms after the move
 
@@ -169,9 +169,9 @@ def test_threshold_holds_through_pauses_too_short_to_pay_a_round_trip():
     them once the run has seen a few end."""
     env = RepartitionEnv(min_stages=4, max_stages=4, profiles=("mlp16",), schedules=("1f1b",), microbatches=(8,),
                          scenarios=("seqlen",), duration_s=900, migration_overhead_s=(0.5, 0.5))
-    static = run_episode(env, StaticPolicy(), 5, "seqlen")
-    one_way = run_episode(env, ThresholdPolicy(round_trip=0.0), 5, "seqlen")
-    round_trip = run_episode(env, ThresholdPolicy(), 5, "seqlen")
+    static = run_episode(env, StaticPolicy(), 6, "seqlen")
+    one_way = run_episode(env, ThresholdPolicy(round_trip=0.0), 6, "seqlen")
+    round_trip = run_episode(env, ThresholdPolicy(), 6, "seqlen")
     assert one_way.repartitions_per_hour >= 20  # the count alone chases the pauses
     assert round_trip.repartitions_per_hour <= one_way.repartitions_per_hour / 3
     assert round_trip.efficiency > one_way.efficiency
