@@ -65,8 +65,9 @@ def describe_device_time(summary: dict[str, Any]) -> str:
     if summary["device_time"] == "emulated":
         validity = "" if summary["emulation_valid"] in (None, True) else ", INVALID"
         profile = f", profile {summary['profile_id']}" if summary.get("profile_id") else ""
-        return (f"emulated x{summary['device_time_scale']:g}{profile}{on_gpu} ({summary['emulation_overran']:.1%} "
-                f"overran{validity})")
+        overran = summary["emulation_overran"]  # None: no emulated chunk was measured (a run too short)
+        return (f"emulated x{summary['device_time_scale']:g}{profile}{on_gpu} "
+                + (f"({overran:.1%} overran{validity})" if overran is not None else "(no chunk measured)"))
     if summary["device_time"] == "real":
         return ("real, oversubscribed" if summary["oversubscribed"] else "real") + on_gpu
     return "-"

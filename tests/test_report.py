@@ -22,6 +22,11 @@ def test_a_run_on_gpus_names_its_transport():
     assert describe_device_time(emulated) == "emulated x2, profile ab12, host-staged (1.0% overran)"
 
 
+def test_an_emulated_run_too_short_to_measure_a_chunk_says_so():
+    too_short = summary(device_time="emulated", device_time_scale=6.0)  # emulation_overran None: no chunk
+    assert describe_device_time(too_short) == "emulated x6 (no chunk measured)"
+
+
 def test_a_hybrid_runs_panel_names_its_splits_in_turn():
     records = [{"microbatch_split": split} for split in ([4, 4], [4, 4], [3, 5], [2, 6], [2, 6])]
     assert _split_history(records) == "; micro-batches per replica 4,4 -> 3,5 -> 2,6"
