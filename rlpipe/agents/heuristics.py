@@ -196,9 +196,9 @@ class ThresholdPolicy(PolicyBase):
         self._running = restart_on_change(self._running, context, self._count)
         fires = ski_rental_fires(self._count, encoder.replan_figures, encoder, bool(mask[REPLAN]),
                                  self.confirm_intervals, self.min_survival)
-        pays = pays_round_trip(self._count, encoder.replan_figures, encoder, (encoder.targets.replan, encoder.split),
-                               self.round_trip)
-        return REPLAN if fires and pays else KEEP
+        pays = fires and pays_round_trip(self._count, encoder.replan_figures, encoder,
+                                         (encoder.targets.replan, encoder.split), self.round_trip)
+        return REPLAN if pays else KEEP
 
 
 JobPlan = tuple[tuple[int, ...], tuple[int, ...]] | None  # (partition, split) a rule last saw running
@@ -297,9 +297,9 @@ class FalconPolicy(PolicyBase):
         if encoder.planner.replicas == 1:  # one pipeline: the threshold rule
             fires = ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
                                      self.confirm_intervals, self.min_survival)
-            pays = pays_round_trip(self._replan, encoder.replan_figures, encoder, (targets.replan, encoder.split),
-                                   self.round_trip)
-            return REPLAN if fires and pays else KEEP
+            pays = fires and pays_round_trip(self._replan, encoder.replan_figures, encoder,
+                                             (targets.replan, encoder.split), self.round_trip)
+            return REPLAN if pays else KEEP
         rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
                                      self.confirm_intervals, self.min_survival)
         rebalance = rebalance and pays_round_trip(self._rebalance, encoder.rebalance_figures, encoder,
