@@ -23,7 +23,7 @@ rebalances, beats `falcon` by 0.0033, and the policy, a copy of `falcon`, trails
 cell needs a policy that learns when a rebalance does not pay, beyond its teacher.
 
 Results (2026-12-04, the policy retrained on `falcon` with its round-trip test), 4 x 2, seqlen, ten episodes
-(`2 seqlen 10`, 4 minutes): 156 of 43,740 decisions differ (0.36%), every one in the two episodes of the `mlp16`
+(`2 seqlen 10`, about 35 s): 156 of 43,740 decisions differ (0.36%), every one in the two episodes of the `mlp16`
 profile (13 ms iterations: 21,092 and 17,510 decisions, against 204-752 in the others, which the policy plays
 exactly as `falcon`). There the policy re-planned or re-planned and rebalanced ("both") 67 times where `falcon`
 kept or only rebalanced, and lost 0.0032 and 0.0041 to it. The README's 8.8 repartitions an hour on seqlen at
@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from rlpipe.agents import make_policy
+from rlpipe.agents.deployed import PPOPolicy
 from rlpipe.decision import DecisionContext
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import EnvConfig, RepartitionEnv
@@ -57,7 +58,7 @@ from rlpipe.seeds import EPISODE_SEED_STRIDE
 KINDS = {KEEP: "keep", REPLAN: "replan", REBALANCE: "rebalance", BOTH: "both"}  # other actions: one boundary's move
 
 
-def chosen_probability(policy, observation: np.ndarray, mask: np.ndarray, action: int) -> float:
+def chosen_probability(policy: PPOPolicy, observation: np.ndarray, mask: np.ndarray, action: int) -> float:
     """The probability the policy's actor gives ``action`` among the valid actions."""
     with torch.no_grad():
         logits = policy.actor(torch.as_tensor(observation, dtype=torch.float32).unsqueeze(0))[0]

@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 import torch
+from clone_divergence import chosen_probability  # beside this script (run from the repository root)
 
 from rlpipe.agents import make_policy
 from rlpipe.decision import DecisionContext
@@ -61,10 +62,7 @@ class GatedPolicy:
         action = self.inner.act(observation, mask, context)
         if action == KEEP or self.gate <= 0 or not mask[KEEP]:
             return action
-        with torch.no_grad():
-            logits = self.inner.actor(torch.as_tensor(observation, dtype=torch.float32).unsqueeze(0))[0]
-        logits[~torch.as_tensor(mask, dtype=torch.bool)] = -torch.inf
-        return action if float(torch.softmax(logits, 0)[action]) >= self.gate else KEEP
+        return action if chosen_probability(self.inner, observation, mask, action) >= self.gate else KEEP
 
 
 def main(layouts: list[str], gates: list[float]) -> None:
@@ -87,4 +85,6 @@ def main(layouts: list[str], gates: list[float]) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: confidence_gate.py LAYOUTS GATES (e.g. 4x2,4x4 0,0.8,0.9)")
     main(sys.argv[1].split(","), [float(g) for g in sys.argv[2].split(",")])
