@@ -30,13 +30,15 @@ test-fast: setup
 
 # the CUDA path on this host's GPUs, one or more (bench/gpu_check.py); one line and exit 0 without a GPU.
 # On a GPU host whose own CUDA torch has rlpipe installed (bench/gpu_host.sh): make gpu-check GPU_PYTHON=python3
+# GPU_CHECK_ARGS='--out DIR' keeps the runs' files.
 GPU_PYTHON ?=
+GPU_CHECK_ARGS ?=
 gpu-check:
 ifeq ($(GPU_PYTHON),)
 	$(MAKE) setup
-	$(BIN)/python -m bench.gpu_check
+	$(BIN)/python -m bench.gpu_check $(GPU_CHECK_ARGS)
 else
-	$(GPU_PYTHON) -m bench.gpu_check
+	$(GPU_PYTHON) -m bench.gpu_check $(GPU_CHECK_ARGS)
 endif
 
 # the wheels the GPU host lacks (it has no package registry), for bench/gpu_host.sh

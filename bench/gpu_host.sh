@@ -5,7 +5,8 @@
 #     bash bench/gpu_host.sh
 # It installs those wheels over the host's torch (rlpipe itself runs from the checkout), runs
 # `make gpu-check`, then a 300-iteration charlm run on 4 stage processes sharing the GPU with real device
-# time, and its report. Everything it prints is also kept under $OUT (default gpu-out/).
+# time, and its report. Everything it prints is also kept under $OUT (default gpu-out/), with the runs'
+# files in $OUT/runs.tar.gz. The timeouts keep the whole script inside 8 minutes.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -17,14 +18,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, '|', torch.cuda.device_count(), \
 'GPU(s) |', len(__import__('os').sched_getaffinity(0)), 'cores')" | tee -a "$OUT/host.txt"
 
-timeout 480 make --no-print-directory gpu-check GPU_PYTHON=python3 2>&1 | tee "$OUT/gpu-check.txt"
+RUNS=$(mktemp -d)
+if command -v make >/dev/null; then
+    gpu_check=(make --no-print-directory gpu-check GPU_PYTHON=python3 GPU_CHECK_ARGS="--out $RUNS/check")
+else  # the recipe make would run
+    gpu_check=(python3 -m bench.gpu_check --out "$RUNS/check")
+fi
+timeout 330 "${gpu_check[@]}" 2>&1 | tee "$OUT/gpu-check.txt"
 check=${PIPESTATUS[0]}
 
 echo "charlm, 300 iterations, 4 stage processes on one GPU, real device time:"
-timeout 240 python3 -m rlpipe.cli run --model charlm --stages 4 --iterations 300 --interval 20 --device-time real \
-    --log "$OUT/charlm.jsonl" 2>&1 | tail -n 25 | tee "$OUT/charlm.txt"
+timeout 150 python3 -m rlpipe.cli run --model charlm --stages 4 --iterations 300 --interval 20 --device-time real \
+    --log "$RUNS/charlm.jsonl" 2>&1 | tail -n 25 | tee "$OUT/charlm.txt"
 charlm=${PIPESTATUS[0]}
-python3 -m rlpipe.cli report "$OUT/charlm.jsonl" --output "$OUT/charlm-report" >/dev/null 2>&1 \
-    && cat "$OUT/charlm-report/summary.md"
+python3 -m rlpipe.cli report "$RUNS/charlm.jsonl" --output "$RUNS/charlm-report" >/dev/null 2>&1 \
+    && tee "$OUT/charlm-summary.md" < "$RUNS/charlm-report/summary.md"
+tar -czf "$OUT/runs.tar.gz" -C "$RUNS" . 2>/dev/null
 echo "gpu_host: gpu-check exit $check, charlm run exit $charlm"
 [ "$check" -eq 0 ] && [ "$charlm" -eq 0 ]

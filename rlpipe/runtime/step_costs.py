@@ -70,7 +70,10 @@ def measure_step_costs(params: list[nn.Parameter], optimizer_factory: OptimizerF
                          dtype=torch.float64, device=wire)
     everyone = [torch.zeros_like(rates) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, rates)
-    sync_gbps, optimizer_ms_per_mb = np.nanmedian(torch.stack(everyone).cpu().numpy(), axis=0)
+    # the median over ranks of what each measured (a rank with no parameters, or one replica, gives NaN)
+    sync_gbps, optimizer_ms_per_mb = (float(np.median(rank_rates[np.isfinite(rank_rates)]))
+                                      if np.isfinite(rank_rates).any() else math.nan
+                                      for rank_rates in torch.stack(everyone).cpu().numpy().T)
     return StepCosts(float(sync_gbps) if replicas > 1 and np.isfinite(sync_gbps) else None,
                      float(optimizer_ms_per_mb) if np.isfinite(optimizer_ms_per_mb) else 0.0)
 
