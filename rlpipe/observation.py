@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 4), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 5), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -33,8 +33,12 @@ job waits for its slowest replica); the replica block keeps every device.
   share of the iteration, the ski-rental count of re-plan and rebalance together, and for each of the
   three counts the intervals in a row its gain has held (up to ``CONFIRMED_SPAN``). The rebalance's and
   the pair's counts start again whenever the partition or the split changes (FALCON's escalation restarts
-  from the rebalanced job: version 4). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the
-  current speed.
+  from the rebalanced job: version 4), and for each lever (re-plan, rebalance, both) its round-trip
+  margin: what it would save over the imbalance's expected remaining life over ``ROUND_TRIP_STALLS`` of its
+  stalls (:meth:`ObservationEncoder.round_trip_saving`; the rules' test passes at 1), in [0,
+  ``ROUND_TRIP_SPAN``], and ``ROUND_TRIP_SPAN`` where the test does not apply (a move home to the launch
+  plan, or too few slowdowns seen end to judge: version 5). Stalls are in units of ``ITERATIONS_UNIT``
+  iterations at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
@@ -61,7 +65,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats
 
-OBSERVATION_VERSION = 4
+OBSERVATION_VERSION = 5
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -69,7 +73,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 26
+GLOBAL_FEATURES = 29
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -80,6 +84,8 @@ LOG_SPAN = math.log1p(100.0)  # log-scaled durations reach 1.0 at 100 units
 NOISE_MEMORY = 0.05  # the noise estimates are running means with this weight on each interval
 MEDIAN_ABS_DIFF_TO_SIGMA = 1 / (0.6745 * math.sqrt(2))  # sigma from the median |log l1 - log l0| of two readings
 PAST_SLOWDOWNS = 64  # the ended slowdowns remembered
+ROUND_TRIP_STALLS = 3.0  # the rules' round-trip test: a move away from the launch plan saves this many stalls
+ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where the test does not apply
 KEEP, REPLAN, REBALANCE, BOTH = 0, 1, 2, 3
 FIRST_MOVE = 4
 
@@ -91,6 +97,7 @@ class G:
     NOISE, DISPERSION, LOST, HELD, PAST_COUNT, PAST_MEDIAN, PAST_LONGER = range(7, 14)
     REBALANCE_GAIN, REBALANCE_COST, REBALANCE_LOST, BOTH_GAIN, BOTH_COST, REPLICAS, COMM_BOUND, SYNC = range(14, 22)
     BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
+    REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
@@ -347,6 +354,22 @@ class ObservationEncoder:
             return None
         return sum(longer) / len(longer) - age
 
+    def round_trip_saving(self, held_iterations: int, figures: np.ndarray,
+                          plan: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[float, float] | None:
+        """What a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
+        its stall s), would save over the imbalance's expected remaining life (at the iteration time now), and
+        its stall, both seconds; None where no round trip is to be paid for: home to the launch plan, or too
+        few slowdowns seen end to judge (:meth:`expected_remaining_iterations`). The imbalance's age is how
+        long the most slowed device has been disturbed, or ``held_iterations`` (how long a ski-rental count
+        has held) if longer: a plan fitted to a slowdown that ended."""
+        if self.at_launch(*plan):
+            return None
+        remaining_iterations = self.expected_remaining_iterations(max(held_iterations, self.imbalance_age_iterations))
+        if remaining_iterations is None:
+            return None
+        now_ms, after_ms, stall_s = figures
+        return (1.0 - after_ms / now_ms) * remaining_iterations * now_ms / 1e3, float(stall_s)
+
     def at_launch(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> bool:
         """Whether ``boundaries`` and ``split`` are the launch plan: the one that fits the job without slowdowns."""
         return tuple(boundaries) == self.planner.ideal_boundaries and tuple(split) == self.planner.even
@@ -512,6 +535,14 @@ class ObservationEncoder:
             observation[g + position] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
         observation[g + G.SYNC] = (float(stats.sync_ms.max()) / max(stats.iteration_ms, 1e-9)
                                    if stats.sync_ms is not None and len(stats.sync_ms) else 0.0)
+        levers = ((G.REPLAN_ROUND_TRIP, self.lost_time, self.replan_figures, (targets.replan, self.split)),
+                  (G.REBALANCE_ROUND_TRIP, self.rebalance_lost_time, self.rebalance_figures,
+                   (running[0], targets.rebalance)),
+                  (G.BOTH_ROUND_TRIP, self.both_lost_time, self.both_figures, targets.both))
+        for position, count, lever_figures, plan in levers:
+            saving = self.round_trip_saving(count.held_iterations, lever_figures, plan)
+            observation[g + position] = ROUND_TRIP_SPAN if saving is None else min(max(
+                saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
 
     # --- actions ---------------------------------------------------------------------------------
 

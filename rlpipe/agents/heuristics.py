@@ -20,7 +20,7 @@ import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs.repartition import FutureView, Plan
-from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, LostTime, ObservationEncoder
+from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, ROUND_TRIP_STALLS, LostTime, ObservationEncoder
 
 
 @dataclass
@@ -177,7 +177,7 @@ class ThresholdPolicy(PolicyBase):
     noise_multiple: float = 3.0
     confirm_intervals: int = 2
     min_survival: float = 0.3
-    round_trip: float = 3.0
+    round_trip: float = ROUND_TRIP_STALLS
     name: str = "threshold"
     _count: LostTime = field(default_factory=LostTime, init=False)
     _running: JobPlan = field(default=None, init=False)
@@ -233,20 +233,14 @@ def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationE
 def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder,
                     plan: tuple[tuple[int, ...], tuple[int, ...]], round_trip: float) -> bool:
     """Whether a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
-    its stall s), pays for its round trip. Home to the launch plan it always does. Away from it, the time it
-    saves over the imbalance's expected remaining life (:meth:`ObservationEncoder.expected_remaining_iterations`,
-    at the iteration time now) must reach ``round_trip`` stalls. The imbalance's age is how long the most
-    slowed device has been disturbed, or how long ``count`` has held if longer (a plan fitted to a slowdown
-    that ended). With too little history to judge, it pays: the ski-rental count alone decides."""
-    if round_trip <= 0 or encoder.at_launch(*plan):
+    its stall s), pays for its round trip: the time it saves over the imbalance's expected remaining life
+    (:meth:`ObservationEncoder.round_trip_saving`, the imbalance's age at least how long ``count`` has held)
+    must reach ``round_trip`` stalls. Home to the launch plan it always pays; with too little history to
+    judge, too: the ski-rental count alone decides."""
+    if round_trip <= 0:
         return True
-    age_iterations = max(count.held_iterations, encoder.imbalance_age_iterations)
-    remaining_iterations = encoder.expected_remaining_iterations(age_iterations)
-    if remaining_iterations is None:
-        return True
-    now_ms, after_ms, stall_s = figures
-    saved_s = (1.0 - after_ms / now_ms) * remaining_iterations * now_ms / 1e3
-    return saved_s >= round_trip * stall_s
+    saving = encoder.round_trip_saving(count.held_iterations, figures, plan)
+    return saving is None or saving[0] >= round_trip * saving[1]
 
 
 @dataclass
@@ -272,7 +266,7 @@ class FalconPolicy(PolicyBase):
     noise_multiple: float = 3.0
     confirm_intervals: int = 2
     min_survival: float = 0.3
-    round_trip: float = 3.0
+    round_trip: float = ROUND_TRIP_STALLS
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
