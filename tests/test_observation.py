@@ -12,6 +12,8 @@ from rlpipe.observation import (
     REBALANCE,
     REPLAN,
     REPLICA_FEATURES,
+    ROUND_TRIP_SPAN,
+    ROUND_TRIP_STALLS,
     STAGE_FEATURES,
     ActionLayout,
     G,
@@ -213,6 +215,27 @@ def test_ended_slowdowns_teach_how_long_an_imbalance_lasts(planner):
     assert fresh.expected_remaining_iterations(10) is None
     assert encoder.at_launch(planner.ideal_boundaries, planner.even)
     assert not encoder.at_launch((0, 3, 8, 12), planner.even)
+
+
+def test_each_levers_round_trip_margin_is_observed(planner):
+    """The rules' round-trip test as a feature: after short spells seen end, a move away from the launch plan
+    for a new one saves less than 3 stalls (margin under 1); where the test does not apply, the ceiling."""
+    encoder, calm, spell = ObservationEncoder(planner), [1, 1, 1, 1], [1, 1, 2.0, 1]
+    for _ in range(6):  # spells of 4 iterations on stage 2
+        for load in (calm, calm, spell, spell):
+            encoder.observe(stats_for(planner, planner.ideal_boundaries, load, iterations=2))
+    encoder.observe(stats_for(planner, planner.ideal_boundaries, calm, iterations=2))
+    observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, spell, iterations=2))
+    saving = encoder.round_trip_saving(encoder.lost_time.held_iterations, encoder.replan_figures,
+                                       (encoder.targets.replan, encoder.split))
+    assert saving is not None and encoder.targets.replan != planner.ideal_boundaries
+    margin = global_feature(encoder, observation, G.REPLAN_ROUND_TRIP)
+    assert 0 < margin < 1 and margin == pytest.approx(saving[0] / (ROUND_TRIP_STALLS * saving[1]), rel=1e-5)
+    # one pipeline: the rebalance keeps the launch plan, so no round trip is paid for
+    assert global_feature(encoder, observation, G.REBALANCE_ROUND_TRIP) == ROUND_TRIP_SPAN
+    fresh = ObservationEncoder(planner)  # nothing seen end: too little history to judge
+    observation = fresh.observe(stats_for(planner, planner.ideal_boundaries, spell, iterations=2))
+    assert global_feature(fresh, observation, G.REPLAN_ROUND_TRIP) == ROUND_TRIP_SPAN
 
 
 def test_a_pause_hopping_to_another_device_starts_the_count_again_on_the_launch_plan(planner):
