@@ -30,6 +30,7 @@ from rlpipe.calibration import Calibration
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.errors import InputError
+from rlpipe.evaluate import bootstrap_interval
 from rlpipe.fields import check_field_types
 from rlpipe.files import read_text
 from rlpipe.observation import (
@@ -230,9 +231,19 @@ def _make_vec_env(config: TrainConfig, n_envs: int, seed: int) -> VecEnv:
     return vec
 
 
+def beats_beyond_noise(efficiencies: np.ndarray, kept: np.ndarray | None) -> bool:
+    """Whether a model with ``efficiencies`` (one per held-out episode) replaces the kept model with ``kept``
+    (the same episodes; None: nothing kept yet): the 95% bootstrap interval of the per-episode gain lies
+    above 0."""
+    return kept is None or bootstrap_interval(efficiencies - kept)[0] > 0
+
+
 class EfficiencyEvalCallback(BaseCallback):
     """Scores the deterministic policy by mean efficiency on the same held-out episodes every time
-    (common random numbers, seeds never used in training) and keeps the best model.
+    (common random numbers, seeds never used in training) and keeps the best model. A later model replaces
+    the kept one only where it is better beyond the held-out episodes' noise: the 95% bootstrap interval of
+    its per-episode gain lies above 0. A gain inside that noise is a tie, and the tie keeps the earlier model
+    (the imitated rule, say) rather than one picked by the episodes' luck.
 
     Args:
         config: the training run (its evaluation frequency, episode count and environment options).
@@ -257,6 +268,7 @@ class EfficiencyEvalCallback(BaseCallback):
         # held-out episodes of one length, whatever lengths training draws: the scores of a run are comparable
         self.env = RepartitionEnv(**{**env_kwargs, "duration_s": duration_s, "min_duration_s": None})
         self.best = -np.inf
+        self.best_efficiencies: np.ndarray | None = None  # the kept model's, episode by episode
         self.history: list[tuple[int, float]] = []
 
     def _on_step(self) -> bool:
@@ -276,15 +288,16 @@ class EfficiencyEvalCallback(BaseCallback):
     def _evaluate(self) -> None:
         config = self.env.config
         policy = PPOPolicy(*actor_of(self.model, config.s_max, config.history, config.d_max))  # as deployed
-        score = float(np.mean([run_episode(self.env, policy, seed, scenario).efficiency
-                               for scenario, seed in self.episodes]))
+        efficiencies = np.array([run_episode(self.env, policy, seed, scenario).efficiency
+                                 for scenario, seed in self.episodes])
+        score = float(efficiencies.mean())
         self.history.append((self.num_timesteps, score))
         if hasattr(self.model, "_logger"):  # a model that has not learned yet has no logger
             self.logger.record("eval/mean_efficiency", score)
         (self.out / "eval").mkdir(parents=True, exist_ok=True)
         (self.out / "eval" / "efficiency.json").write_text(json.dumps(self.history))
-        if score > self.best:
-            self.best = score
+        if beats_beyond_noise(efficiencies, self.best_efficiencies):
+            self.best, self.best_efficiencies = score, efficiencies
             (self.out / "best").mkdir(parents=True, exist_ok=True)
             self.model.save(self.out / "best" / "best_model.zip")
 

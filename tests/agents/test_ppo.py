@@ -5,12 +5,20 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact
 from rlpipe.agents.deployed import default_artifact_path, load_deployed_policy
-from rlpipe.agents.ppo import SHORTEST_SCORING_S, EfficiencyEvalCallback, TrainConfig, imitation_budget, train
+from rlpipe.agents.ppo import (
+    SHORTEST_SCORING_S,
+    EfficiencyEvalCallback,
+    TrainConfig,
+    beats_beyond_noise,
+    imitation_budget,
+    train,
+)
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.errors import InputError
@@ -150,6 +158,15 @@ def test_a_short_run_still_scores_keeps_its_best_and_leaves_no_empty_folder(tmp_
     training = json.loads((tmp_path / "policy.json").read_text())["training"]
     assert training["selected"] == "best on held-out seeds"
     assert training["calibration"]["noise_sigma"] > 0  # the artifact records the calibration it trained with
+
+
+def test_a_later_model_replaces_the_kept_one_only_beyond_the_held_out_noise():
+    kept = np.array([0.95, 0.90, 0.99, 0.97])
+    assert beats_beyond_noise(kept, None)  # the first model scored is kept
+    assert beats_beyond_noise(kept + 0.001, kept)  # better on every episode
+    assert not beats_beyond_noise(kept + np.array([0.02, 0.0, 0.0, 0.0]), kept)  # one lucky episode: a tie
+    assert not beats_beyond_noise(kept + np.array([0.004, -0.001, 0.002, -0.002]), kept)  # mixed: a tie
+    assert not beats_beyond_noise(kept, kept)  # equal: the earlier model stays
 
 
 def test_a_short_run_imitates_warms_up_and_is_scored_in_proportion(tmp_path):
