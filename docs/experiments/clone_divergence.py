@@ -37,6 +37,18 @@ seqlen at 4 x 2 0.917 / 0.996 / 1.0 (1,372 moves) against 0.512 / 0.741 / 0.933 
 0.715 / 0.953 (125). A policy that keeps unless its move is likely enough would drop most of the disagreements,
 and delay some of the moves its teacher makes (a tenth of them on heavy are under 0.76): tried in
 `confidence_gate.py`, it does not meet both bars at once.
+
+Observation v5 (2026-12-04) gives the policy each lever's round-trip margin, the test `falcon` applies. Two runs of
+the shipped command on the same source, which differ only in float rounding (their held-out scores are equal to 16
+digits, their actors' weights differ by up to 0.011), and the imitated policy before PPO, against `falcon`:
+- seqlen at 4 x 2 (`2 seqlen 10`): re-plans or "both" where `falcon` keeps or only rebalances, 20 (the shipped run)
+  and 12 (the other) against 67 for the v4 policy; the two `mlp16` episodes -0.0009 and -0.0001 (the shipped run),
+  +0.0003 and +0.0001 (the other), against -0.0032 and -0.0041.
+- mixed at 4 x 4 (`4 mixed 10`), policy - `falcon` by episode: the shipped run +0.0063 -0.0018 -0.0007 +0.0025
+  -0.0043 -0.0016 -0.0050 +0.0024 -0.0023 +0.0036 (mean -0.0001); the other run -0.0052 +0.0132 -0.0101 -0.0041
+  -0.0062 -0.0013 -0.0001 +0.0000 -0.0743 +0.0027 (mean -0.0085: in episode 8, 79 decisions, it kept where `falcon`
+  rebalanced at decision 22 and never caught up); the imitated policy mean -0.0023. PPO's phase moved this cell
+  by more than the imitation's error, in either direction, with no change but rounding.
 """
 
 from __future__ import annotations
