@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from rlpipe.agents import FALLBACKS, make_policy
 from rlpipe.decision import Policy
-from rlpipe.envs.evaluation import EpisodeResult, run_episode
+from rlpipe.envs.evaluation import EpisodeResult, bootstrap_interval, run_episode
 from rlpipe.envs.repartition import EnvConfig, RepartitionEnv
 from rlpipe.errors import InputError
 from rlpipe.interference import check_scenario
@@ -94,19 +94,7 @@ def environments(policies: dict[str, Policy], config: EnvConfig) -> dict[str, Re
     return chosen
 
 
-BOOTSTRAP_RESAMPLES = 2000
 RULES = FALLBACKS  # the causal rules, the live fallbacks: what a learned policy must match
-
-
-def bootstrap_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """A percentile bootstrap interval of the mean (seeded, so a report is reproducible): it lies within
-    the values' own range, so efficiencies' never pass the unreachable 1.0 (a normal interval around the
-    mean of two episodes can)."""
-    if len(values) < 2:
-        return float(values.mean()), float(values.mean())
-    rng = np.random.default_rng(0)
-    means = values[rng.integers(len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
-    return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2))
 
 
 def against_best_rule(table: dict[str, dict[str, Any]], runs: dict[str, list[EpisodeResult]]) -> dict[str, Any]:

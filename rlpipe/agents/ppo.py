@@ -27,10 +27,9 @@ from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
 from rlpipe.agents.deployed import PPOPolicy
 from rlpipe.agents.vec_env import ShardedVecEnv
 from rlpipe.calibration import Calibration
-from rlpipe.envs.evaluation import run_episode
+from rlpipe.envs.evaluation import bootstrap_interval, run_episode
 from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.errors import InputError
-from rlpipe.evaluate import bootstrap_interval
 from rlpipe.fields import check_field_types
 from rlpipe.files import read_text
 from rlpipe.observation import (

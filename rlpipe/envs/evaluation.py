@@ -1,4 +1,5 @@
-"""The episode loop: one policy through one seeded episode of the environment, as a result record.
+"""The episode loop: one policy through one seeded episode of the environment, as a result record; and the
+bootstrap interval that episodes are compared by.
 
 It sits next to the environment and below the agents (as stable-baselines3's
 ``common/evaluation.evaluate_policy`` does): anything with the :class:`~rlpipe.decision.Policy`
@@ -16,6 +17,7 @@ from rlpipe.decision import DecisionContext, Policy
 from rlpipe.envs.repartition import RepartitionEnv
 
 SECONDS_PER_HOUR = 3600.0
+BOOTSTRAP_RESAMPLES = 2000
 
 
 @dataclass
@@ -78,3 +80,14 @@ def run_episode(env: RepartitionEnv, policy: Policy, seed: int, scenario: str | 
     hours = env.time_s / SECONDS_PER_HOUR
     return EpisodeResult(float(np.mean(efficiencies)), env.iteration / env.time_s, env.repartitions / hours,
                          env.stall_total_s / hours, timeline if record else {}, env.rebalances / hours)
+
+
+def bootstrap_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean (seeded, so a report is reproducible): it lies within
+    the values' own range, so efficiencies' never pass the unreachable 1.0 (a normal interval around the
+    mean of two episodes can)."""
+    if len(values) < 2:
+        return float(values.mean()), float(values.mean())
+    rng = np.random.default_rng(0)
+    means = values[rng.integers(len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
+    return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2))
