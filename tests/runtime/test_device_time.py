@@ -191,9 +191,10 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     (a neighbour that started while the fits ran made the judged run 12% faster than predicted).
     Likewise when the machine's own speed moved, which a shared virtual machine's does with nothing else
     running here (another tenant of the host), and no calibration on other runs can predict: between
-    runs (its cores measured alone before and after each, and the first run repeated last: two runs
-    alike but for their data were 12% apart) or within one (a CI run's intervals, one configuration
-    throughout, 0.87x to 1.28x its prediction)."""
+    runs by more than 6% (its cores measured alone before and after each, and the first run repeated last:
+    two runs alike but for their data were 12% apart) or within one (a CI run's intervals, one configuration
+    throughout, 0.87x to 1.28x its prediction). A smaller change between runs is measured and scaled out of
+    the prediction."""
     share = free_core_share(2)
     if share < 0.85:
         pytest.skip(f"real device time needs 2 free cores: another process takes {1 - share:.0%} of one")
@@ -231,7 +232,14 @@ def test_the_calibrated_simulator_predicts_a_real_run_on_a_core_per_stage(tmp_pa
     if max(first_ms, again_ms) > 1.05 * min(first_ms, again_ms):  # the first run, but for its data
         pytest.skip(f"real device time needs a machine that keeps its speed: the first run took {first_ms:.0f} ms "
                     f"an iteration, the same run but for its data {again_ms:.0f} ms at the end")
-    predicted = calibrated_iteration_ms(judged, Calibration.load(calibration))
+    # The prediction's layer times are the profile the first run measured (kept for the model), its compute bias
+    # the fits': both hold at the fits' machine speed. The judged run's cores, measured around it, may have run
+    # up to 6% faster or slower (a CI run: 2,754 and 2,759 matrix products/s around the fits, 2,901 around the
+    # judged run, which ran 10% under its unscaled prediction), and a CPU iteration's time (the layers, gloo's
+    # copies, the host's Python) goes with the inverse of that speed.
+    speed_ratio = (speeds[0] + speeds[1]) / 2 / speeds[2]
+    predicted = [None if ms is None else ms * speed_ratio
+                 for ms in calibrated_iteration_ms(judged, Calibration.load(calibration))]
     ratios = np.array([r["iteration_ms"] / p for r, p in zip(judged[1:], predicted[1:], strict=True)])  # past warm-up
     assert np.median(np.abs(ratios - 1)) <= 0.10, (ratios, speeds)
 
