@@ -345,14 +345,25 @@ class ObservationEncoder:
 
     def expected_remaining_iterations(self, age_iterations: float, min_seen: int = 3) -> float | None:
         """How many more iterations an imbalance ``age_iterations`` old is expected to last, judged by the
-        slowdowns this run has seen end: the mean further life of those that outlasted its age. None when fewer
-        than ``min_seen`` outlasted it: too little history to judge (an imbalance older than every one seen may
-        be of a new kind)."""
+        slowdowns this run has seen end: the mean further life of those that outlasted its age. Where fewer than
+        ``min_seen`` outlasted it, the history judges it only up to the age of its ``min_seen``-th longest
+        slowdown; beyond that, it is expected to last as long again as it has gone beyond that age (an imbalance
+        older than nearly all a run has seen may be of a new kind, and the further beyond, the likelier), or as
+        the few that outlasted it say, if longer. None when fewer than ``min_seen`` slowdowns have ended: too
+        little history to judge.
+
+        Why not None beyond the history too (as until 2026-12-04): of garbage-collection pauses of 1-2 s, about
+        one a minute on every device, now and then one outlasts all but a few of those seen, and the rules then
+        paid a re-plan's stall near the pause's end, and another on the way back (``seqlen``: 3 to 17
+        repartitions an hour for ``threshold``, 0.4 or fewer with this judgement)."""
         age = max(age_iterations, 1)
         longer = self._past_sorted[bisect.bisect_right(self._past_sorted, age):]
-        if len(longer) < min_seen:
+        if len(longer) >= min_seen:
+            return sum(longer) / len(longer) - age
+        if len(self._past_sorted) < min_seen:
             return None
-        return sum(longer) / len(longer) - age
+        further = sum(longer) / len(longer) - age if longer else 0.0
+        return max(further, age - self._past_sorted[-min_seen])
 
     def round_trip_saving(self, held_iterations: int, figures: np.ndarray,
                           plan: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[float, float] | None:

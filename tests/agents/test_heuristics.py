@@ -158,7 +158,10 @@ def test_a_move_away_must_pay_for_its_round_trip_over_the_imbalances_expected_li
 
     assert pays(young, saved_s / 3.1) and not pays(young, saved_s / 2.9)
     assert pays(young, saved_s, plan=(encoder.planner.ideal_boundaries, encoder.planner.even))  # home: free
-    assert pays(old, saved_s)  # no history to judge: the ski-rental count alone decides
+    assert pays(old, saved_s)  # far older than every pause seen: expected to last as long again
+    edge = LostTime()
+    edge.held_iterations = int(max(encoder.past_slowdowns)) + 1  # just older than every pause seen: about to end
+    assert not pays(edge, saved_s / 3.1)
     assert pays(young, saved_s, round_trip=0.0)
 
 
