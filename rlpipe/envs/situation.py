@@ -55,6 +55,9 @@ class EnvConfig:
         bandwidth_gbps: link bandwidths between stages to draw from, Gbit/s (``inf``: free).
         migration_overhead_s: range of the fixed cost of a repartition, s (drawn log-uniformly).
         migration_bandwidth_gbps: bandwidth parameters and optimizer state move at, Gbit/s.
+        profile_time_scale: range of a factor on the drawn profile's layer times (drawn log-uniformly): the
+            same model on slower devices, whose state moves as fast, so a stall is a smaller share of an
+            iteration (a live job whose device time is emulated at x6 runs iterations of seconds).
         history: intervals of device load in the observation.
         invalid_action_penalty: subtracted from the reward of an invalid action.
     """
@@ -79,6 +82,7 @@ class EnvConfig:
     bandwidth_gbps: tuple[float, ...] = (math.inf, 10.0)
     migration_overhead_s: tuple[float, float] = (0.5, 0.5)
     migration_bandwidth_gbps: float = 10.0
+    profile_time_scale: tuple[float, float] = (1.0, 1.0)
     history: int = DEFAULT_HISTORY
     invalid_action_penalty: float = 0.1
 
@@ -113,6 +117,10 @@ class EnvConfig:
         if not 0 < low <= high or not self.migration_bandwidth_gbps > 0 or self.timer_noise < 0:
             raise InputError("env_kwargs: need 0 < migration_overhead_s[0] <= [1], migration_bandwidth_gbps > 0 "
                              "and timer_noise >= 0")
+        low_scale, high_scale = self.profile_time_scale
+        if not 0 < low_scale <= high_scale:
+            raise InputError(f"env_kwargs: profile_time_scale: need 0 < low <= high, got "
+                             f"{list(self.profile_time_scale)}")
         unknown = [s for s in self.schedules if s not in SCHEDULES]
         if unknown:
             raise InputError(f"env_kwargs: schedules: {unknown[0]!r} is none of {', '.join(SCHEDULES)}")
@@ -204,6 +212,11 @@ def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[st
     else:
         measurement = timer_models[int(rng.integers(len(timer_models)))]
         stage_bias = measurement.draw_stage_bias(rng, replicas * num_stages).reshape(replicas, num_stages)
+    low, high = cfg.profile_time_scale
+    if low != high:  # drawn last and only then: configurations without it keep their episodes' draws
+        profile = profile.scaled(float(math.exp(rng.uniform(math.log(low), math.log(high)))))
+    elif low != 1.0:
+        profile = profile.scaled(low)
     return Situation(profile, num_stages, microbatches, schedule, bandwidth,
                      MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace, measurement, stage_bias, replicas,
                      duration_s)

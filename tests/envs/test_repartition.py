@@ -76,6 +76,29 @@ def test_episode_lengths_drawn_between_min_and_max_duration():
         RepartitionEnv(duration_s=900, min_duration_s=1000)
 
 
+def test_profile_time_scale_draws_slower_devices_whose_state_moves_as_fast():
+    """A live job emulated at x6 runs iterations of seconds, where a re-split's stall is a tenth of one: the
+    option draws such jobs, each episode's profile times scaled by a factor in the range, the stall unchanged."""
+    plain = RepartitionEnv(profiles=("transformer16",), scenarios=("none",), duration_s=300)
+    plain.reset(seed=4)
+    base_ms = plain.situation.profile.compute_ms()
+    scaled = RepartitionEnv(profiles=("transformer16",), scenarios=("none",), duration_s=300,
+                            profile_time_scale=(2.0, 8.0))
+    factors = []
+    for seed in range(8):
+        scaled.reset(seed=seed)
+        ratio = scaled.situation.profile.compute_ms() / base_ms
+        assert np.allclose(ratio, ratio[0])  # every layer alike
+        factors.append(float(ratio[0]))
+        assert scaled.situation.migration.overhead_s == plain.situation.migration.overhead_s
+    assert 2.0 <= min(factors) < 4.0 < max(factors) <= 8.0
+    again = RepartitionEnv(profiles=("transformer16",), scenarios=("none",), duration_s=300)
+    again.reset(seed=4)  # without the option, episodes are drawn as before
+    assert np.array_equal(again.situation.profile.compute_ms(), base_ms)
+    with pytest.raises(InputError, match="profile_time_scale"):
+        RepartitionEnv(profile_time_scale=(4.0, 2.0))
+
+
 def test_repartition_pays_its_stall_in_that_interval():
     env = RepartitionEnv(duration_s=600, scenarios=("none",), min_stages=4, max_stages=4)
     env.reset(seed=2)
