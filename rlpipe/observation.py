@@ -355,7 +355,7 @@ class ObservationEncoder:
         Why not None beyond the history too (as until 2026-12-04): of garbage-collection pauses of 1-2 s, about
         one a minute on every device, now and then one outlasts all but a few of those seen, and the rules then
         paid a re-plan's stall near the pause's end, and another on the way back (``seqlen``: 3 to 17
-        repartitions an hour for ``threshold``, 0.4 or fewer with this judgement)."""
+        repartitions an hour for ``threshold``, 0.7 or fewer with this judgement)."""
         age = max(age_iterations, 1)
         longer = self._past_sorted[bisect.bisect_right(self._past_sorted, age):]
         if len(longer) >= min_seen:

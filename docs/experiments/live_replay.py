@@ -30,6 +30,7 @@ from rlpipe.agents import make_policy
 from rlpipe.calibration import header_costs
 from rlpipe.decision import DecisionContext
 from rlpipe.planning import MigrationCost
+from rlpipe.runtime.config import PipelineConfig
 from rlpipe.runtime.controller import Controller
 from rlpipe.stats import IntervalStats, StageStats
 
@@ -39,7 +40,8 @@ KINDS = ("keep", "re-plan", "rebalance", "both")
 
 def interval_stats(record: dict) -> IntervalStats:
     """The statistics the run's controller decided on, from the interval's log record."""
-    stages = tuple(StageStats(**{k: int(s[k]) if k == "num_layers" else s[k] for k in FIELDS}) for s in record["stages"])
+    stages = tuple(StageStats(**{k: int(s[k]) if k == "num_layers" else s[k] for k in FIELDS})
+                   for s in record["stages"])
     hybrid = {}
     if record.get("replicas"):
         hybrid = {"replica_load": np.array([[s["device_load"] for s in r["stages"]] for r in record["replicas"]]),
@@ -53,7 +55,8 @@ def main(log: str, spec: str = "ppo") -> None:
     records = [json.loads(line) for line in open(log)]
     header = records[0]["run"]
     controller = Controller(spec, header_costs(header).profile, header["stages"], header["schedule"],
-                            header["microbatches"], MigrationCost(bandwidth_gbps=header["p2p_gbps"], overhead_s=0.1),
+                            header["microbatches"], MigrationCost(bandwidth_gbps=header["p2p_gbps"],
+                                                          overhead_s=PipelineConfig.migration_overhead_s),
                             "dynpipe", header.get("data_parallel", 1))
     falcon, encoder = make_policy("falcon"), controller.encoder
     for record in records:
@@ -69,7 +72,8 @@ def main(log: str, spec: str = "ppo") -> None:
         logits[~torch.as_tensor(mask, dtype=torch.bool)] = -torch.inf
         probabilities = torch.softmax(logits, 0)[:4].numpy()
         logged = record.get("decision", {}).get("action", "-")
-        print(f"iteration {record['iteration']:4d}: logged {logged:<10} falcon {KINDS[rule] if rule < 4 else 'move':<9} "
+        rule_kind = KINDS[rule] if rule < len(KINDS) else "move"
+        print(f"iteration {record['iteration']:4d}: logged {logged:<10} falcon {rule_kind:<9} "
               "policy " + " ".join(f"{kind} {p:.3f}" for kind, p in zip(KINDS, probabilities)))
 
 

@@ -212,11 +212,10 @@ def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[st
     else:
         measurement = timer_models[int(rng.integers(len(timer_models)))]
         stage_bias = measurement.draw_stage_bias(rng, replicas * num_stages).reshape(replicas, num_stages)
-    low, high = cfg.profile_time_scale
-    if low != high:  # drawn last and only then: configurations without it keep their episodes' draws
-        profile = profile.scaled(float(math.exp(rng.uniform(math.log(low), math.log(high)))))
-    elif low != 1.0:
-        profile = profile.scaled(low)
+    low, high = cfg.profile_time_scale  # drawn last and only if a range: other configurations keep their draws
+    time_scale = low if low == high else float(math.exp(rng.uniform(math.log(low), math.log(high))))
+    if time_scale != 1.0:
+        profile = profile.scaled(time_scale)
     return Situation(profile, num_stages, microbatches, schedule, bandwidth,
                      MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace, measurement, stage_bias, replicas,
                      duration_s)
