@@ -117,10 +117,7 @@ class EnvConfig:
         if not 0 < low <= high or not self.migration_bandwidth_gbps > 0 or self.timer_noise < 0:
             raise InputError("env_kwargs: need 0 < migration_overhead_s[0] <= [1], migration_bandwidth_gbps > 0 "
                              "and timer_noise >= 0")
-        low_scale, high_scale = self.profile_time_scale
-        if not 0 < low_scale <= high_scale:
-            raise InputError(f"env_kwargs: profile_time_scale: need 0 < low <= high, got "
-                             f"{list(self.profile_time_scale)}")
+        _check_range("profile_time_scale", self.profile_time_scale)
         unknown = [s for s in self.schedules if s not in SCHEDULES]
         if unknown:
             raise InputError(f"env_kwargs: schedules: {unknown[0]!r} is none of {', '.join(SCHEDULES)}")
@@ -146,6 +143,13 @@ class EnvConfig:
         """The replica counts a reset draws from."""
         low, high = self.data_parallel
         return sorted({low, high} | {2**k for k in range(7) if low <= 2**k <= high})
+
+
+def _check_range(option: str, bounds: tuple[float, float]) -> None:
+    """A (low, high) range option: 0 < low <= high, or one InputError naming it."""
+    low, high = bounds
+    if not 0 < low <= high:
+        raise InputError(f"env_kwargs: {option}: need 0 < low <= high, got {list(bounds)}")
 
 
 @dataclass(frozen=True)
