@@ -120,7 +120,7 @@ class RepartitionEnv(gym.Env):
         self.stall_total_s += stall_s
         start_s = self.time_s
         stats = self._run_interval(stall_s)
-        efficiency = self.config.interval_iterations / self.job.reference_iterations(self.boundaries, self.split,
+        efficiency = self.situation.interval_iterations / self.job.reference_iterations(self.boundaries, self.split,
                                                                                       start_s, self.time_s)
         observation = self.encoder.observe(stats)
         truncated = bool(self.time_s >= self.situation.duration_s)
@@ -151,7 +151,8 @@ class RepartitionEnv(gym.Env):
         per micro-batch (every iteration's own timer noise, then the interval's outliers and the device's
         bias), its dispersion within the interval, communication and idle time with the interval's noise,
         and per stage the stage group's most loaded device."""
-        s, k, rng = self.situation, self.config.interval_iterations, self.np_random
+        s, rng = self.situation, self.np_random
+        k = s.interval_iterations
         start_s = self.time_s
         interval = self.job.run_interval(self.boundaries, self.split, start_s + stall_s, k, rng)
         self.time_s = interval.end_s

@@ -45,7 +45,12 @@ class EnvConfig:
         min_duration_s: when set, each episode lasts a duration drawn log-uniformly from
             [``min_duration_s``, ``duration_s``]: short episodes put slowdowns in a run's first intervals,
             where a live job also meets them, before the observation's history has filled.
-        interval_iterations: K, training iterations per decision interval.
+        interval_iterations: K, training iterations per decision interval (the largest, with
+            ``min_interval_iterations``).
+        min_interval_iterations: when set, each episode's K is drawn uniformly among the integers from it to
+            ``interval_iterations``: a live job may decide every few iterations (``rlpipe run --interval``),
+            where durations counted in iterations (how long a count has held, past slowdowns) take values
+            that intervals of 10 never show.
         timer_noise: relative standard deviation of the measured times (lognormal), when no
             ``measurement_models`` are given.
         measurement_models: timer models to draw one from per episode (``None``: lognormal
@@ -76,6 +81,7 @@ class EnvConfig:
     duration_s: float = 3600.0
     min_duration_s: float | None = None
     interval_iterations: int = 10
+    min_interval_iterations: int | None = None
     timer_noise: float = 0.03
     measurement_models: tuple[Any, ...] | None = None
     calibration: Calibration | str | None = None
@@ -132,8 +138,9 @@ class EnvConfig:
         if self.max_stages > self.s_max:
             raise InputError(f"pipelines of up to {self.max_stages} stages do not fit an observation with room "
                              f"for {self.s_max} (s_max)")
-        if self.interval_iterations < 1 or self.duration_s <= 0:
-            raise InputError("interval_iterations must be >= 1 and duration_s > 0")
+        fewest_iterations = self.min_interval_iterations
+        _check_range("[min_]interval_iterations", (self.interval_iterations if fewest_iterations is None
+                                                   else fewest_iterations, self.interval_iterations))
         if not self.scenarios or not self.microbatches or not self.schedules:
             raise InputError("scenarios, microbatches and schedules must each offer at least one choice")
         return self
@@ -162,6 +169,7 @@ class Situation:
         trace: the scenario over the job's D x S devices.
         stage_bias: (D, S) each device's measured over true compute, all episode.
         duration_s: the episode's simulated training time, s.
+        interval_iterations: K, training iterations per decision interval in this episode.
     """
 
     profile: LayerProfile
@@ -175,6 +183,7 @@ class Situation:
     stage_bias: np.ndarray
     replicas: int = 1
     duration_s: float = 3600.0
+    interval_iterations: int = 10
 
 
 def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[str, Any],
@@ -220,6 +229,8 @@ def draw_situation(config: EnvConfig, rng: np.random.Generator, options: dict[st
     time_scale = low if low == high else float(math.exp(rng.uniform(math.log(low), math.log(high))))
     if time_scale != 1.0:
         profile = profile.scaled(time_scale)
+    interval_iterations = (cfg.interval_iterations if cfg.min_interval_iterations is None  # drawn only then
+                           else int(rng.integers(cfg.min_interval_iterations, cfg.interval_iterations + 1)))
     return Situation(profile, num_stages, microbatches, schedule, bandwidth,
                      MigrationCost(cfg.migration_bandwidth_gbps, overhead), trace, measurement, stage_bias, replicas,
-                     duration_s)
+                     duration_s, interval_iterations)

@@ -99,6 +99,27 @@ def test_profile_time_scale_draws_slower_devices_whose_state_moves_as_fast():
         RepartitionEnv(profile_time_scale=(4.0, 2.0))
 
 
+def test_min_interval_iterations_draws_each_episodes_decision_interval():
+    """A live job may decide every 2 iterations: with the option each episode draws its K, and its intervals
+    run that many iterations, with the reward still an efficiency (about 1 on a calm job)."""
+    env = RepartitionEnv(profiles=("transformer16",), scenarios=("none",), duration_s=120,
+                         min_interval_iterations=2, interval_iterations=10, timer_noise=0.0)
+    drawn = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        k, before = env.situation.interval_iterations, env.iteration
+        _, reward, _, _, _ = env.step(0)
+        assert env.iteration - before == k and reward == pytest.approx(1.0, abs=0.05)
+        drawn.add(k)
+    assert min(drawn) >= 2 and max(drawn) <= 10 and len(drawn) >= 4
+    plain = RepartitionEnv(profiles=("transformer16",), scenarios=("none",), duration_s=120)
+    plain.reset(seed=0)
+    assert plain.situation.interval_iterations == 10  # without the option, K is interval_iterations
+    for bad in ({"min_interval_iterations": 12}, {"min_interval_iterations": 0}, {"interval_iterations": 0}):
+        with pytest.raises(InputError, match="interval_iterations"):
+            RepartitionEnv(**bad)
+
+
 def test_repartition_pays_its_stall_in_that_interval():
     env = RepartitionEnv(duration_s=600, scenarios=("none",), min_stages=4, max_stages=4)
     env.reset(seed=2)
