@@ -18,6 +18,12 @@ episodes, seed 4242), on this job's profile x6 with the same 0.1 s fixed cost, t
 shipped `transformer16` by 0.0003 (0.0025): mostly a tie, with single episodes lost where the clone hesitates.
 A retrain that also drew profiles up to 8x slower (`profile_time_scale: [1, 8]`, runs/r44, not shipped), replayed
 on the same log (`ppo:runs/r44/policy.pt`): keep 0.585, rebalance 0.378 at iteration 14: as late.
+The cause is the decision interval: the policy waits for a count to have held 3 intervals (at iteration 14 it has
+held 2: with the 3rd, keep 0.347, rebalance 0.629), and at a decision every 2 iterations what the observation
+counts in iterations (how long the count has held, the one past slowdown of 4 iterations) takes values that
+training at 10 never shows. The retrain that draws K among 2-10 per episode and profiles up to 8x slower
+(`min_interval_iterations: 2`, `profile_time_scale: [1, 8]`, shipped 2026-12-04, source 747896f) rebalances
+there: keep 0.092, rebalance 0.907.
 """
 
 import json
