@@ -120,8 +120,8 @@ class RepartitionEnv(gym.Env):
         self.stall_total_s += stall_s
         start_s = self.time_s
         stats = self._run_interval(stall_s)
-        efficiency = self.situation.interval_iterations / self.job.reference_iterations(self.boundaries, self.split,
-                                                                                      start_s, self.time_s)
+        efficiency = self.situation.interval_iterations / self.job.reference_iterations(
+            self.boundaries, self.split, start_s, self.time_s)
         observation = self.encoder.observe(stats)
         truncated = bool(self.time_s >= self.situation.duration_s)
         info = self._info(stats, efficiency, penalty > 0)
