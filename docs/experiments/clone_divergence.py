@@ -49,6 +49,12 @@ digits, their actors' weights differ by up to 0.011), and the imitated policy be
   -0.0062 -0.0013 -0.0001 +0.0000 -0.0743 +0.0027 (mean -0.0085: in episode 8, 79 decisions, it kept where `falcon`
   rebalanced at decision 22 and never caught up); the imitated policy mean -0.0023. PPO's phase moved this cell
   by more than the imitation's error, in either direction, with no change but rounding.
+
+The policy shipped later that day (K drawn among 2-10, profiles up to 8x slower; the imitated policy, source
+747896f), seqlen at 4 x 2 (`2 seqlen 10`): 165 of 43,983 decisions differ, again all in the two `mlp16` episodes
+(-0.0007 and -0.0005 against `falcon`; the eight others exactly as `falcon`): 12 re-plans or "both" where `falcon`
+keeps or only rebalances, the rest rebalancing or keeping a decision apart (62 rebalances where it keeps, 87 keeps
+where it rebalances). The policy's 15 re-splits in the ten hours are the README's 1.5 an hour.
 """
 
 from __future__ import annotations
