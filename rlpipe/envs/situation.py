@@ -138,9 +138,9 @@ class EnvConfig:
         if self.max_stages > self.s_max:
             raise InputError(f"pipelines of up to {self.max_stages} stages do not fit an observation with room "
                              f"for {self.s_max} (s_max)")
-        fewest_iterations = self.min_interval_iterations
-        _check_range("[min_]interval_iterations", (self.interval_iterations if fewest_iterations is None
-                                                   else fewest_iterations, self.interval_iterations))
+        fewest_iterations = self.interval_iterations if self.min_interval_iterations is None \
+            else self.min_interval_iterations
+        _check_range("(min_interval_iterations, interval_iterations)", (fewest_iterations, self.interval_iterations))
         if not self.scenarios or not self.microbatches or not self.schedules:
             raise InputError("scenarios, microbatches and schedules must each offer at least one choice")
         return self
