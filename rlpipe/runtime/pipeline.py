@@ -307,10 +307,11 @@ class AdaptivePipeline:
         trace_start_s = self.injector.trace_time_s() if self.injector is not None else 0.0
         share = plan.replica_rows(self.mesh.replica)
         # the batch enters where tensors between ranks travel: a host-staged stage copies it to its GPU and
-        # counts that copy with the others
-        losses = self.stage.train_step(inputs[share].to(self.wire) if first and inputs is not None else None,
-                                       targets[share].to(self.wire) if last and targets is not None else None,
-                                       plan)
+        # counts that copy with the others. Contiguous, since torch 2.11's PipelineStage infers the first
+        # stage's input as a dense tensor and then refuses a strided view of one (charlm's shifted windows)
+        stage_inputs = inputs[share].to(self.wire).contiguous() if first and inputs is not None else None
+        stage_targets = targets[share].to(self.wire).contiguous() if last and targets is not None else None
+        losses = self.stage.train_step(stage_inputs, stage_targets, plan)
         total = torch.tensor([sum(losses)], dtype=torch.float64, device=self.wire)
         dist.all_reduce(total)  # every replica's last stage adds its micro-batch losses; every rank learns the mean
         loss = float(total.item()) / plan.total
