@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 5), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 6), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -37,8 +37,12 @@ job waits for its slowest replica); the replica block keeps every device.
   margin: what it would save over the imbalance's expected remaining life over ``ROUND_TRIP_STALLS`` of its
   stalls (:meth:`ObservationEncoder.round_trip_saving`; the rules' test passes at 1), in [0,
   ``ROUND_TRIP_SPAN``], and ``ROUND_TRIP_SPAN`` where the test does not apply (a move home to the launch
-  plan, or too few slowdowns seen end to judge: version 5). Stalls are in units of ``ITERATIONS_UNIT``
-  iterations at the current speed.
+  plan, or too few slowdowns seen end to judge: version 5), and for each lever whether the rules' whole test
+  passes (1/0: its count has reached its stall, its gain has held ``RULE_CONFIRM_INTERVALS`` intervals, the
+  imbalance's survival is at least ``RULE_MIN_SURVIVAL`` and its round trip pays: version 6; a network fits
+  that conjunction of thresholds only approximately from the figures, and moved a little early, where the
+  rules would not, on noise that a fast job meets thousands of times an hour). Stalls are in units of
+  ``ITERATIONS_UNIT`` iterations at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
@@ -65,7 +69,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats
 
-OBSERVATION_VERSION = 5
+OBSERVATION_VERSION = 6
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -73,7 +77,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 29
+GLOBAL_FEATURES = 32
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -86,6 +90,8 @@ MEDIAN_ABS_DIFF_TO_SIGMA = 1 / (0.6745 * math.sqrt(2))  # sigma from the median 
 PAST_SLOWDOWNS = 64  # the ended slowdowns remembered
 ROUND_TRIP_STALLS = 3.0  # the rules' round-trip test: a move away from the launch plan saves this many stalls
 ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where the test does not apply
+RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
+RULE_MIN_SURVIVAL = 0.3  # and how likely the imbalance must be to last as long again
 KEEP, REPLAN, REBALANCE, BOTH = 0, 1, 2, 3
 FIRST_MOVE = 4
 
@@ -98,6 +104,7 @@ class G:
     REBALANCE_GAIN, REBALANCE_COST, REBALANCE_LOST, BOTH_GAIN, BOTH_COST, REPLICAS, COMM_BOUND, SYNC = range(14, 22)
     BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
+    REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS = range(29, 32)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
@@ -550,10 +557,15 @@ class ObservationEncoder:
                   (G.REBALANCE_ROUND_TRIP, self.rebalance_lost_time, self.rebalance_figures,
                    (running[0], targets.rebalance)),
                   (G.BOTH_ROUND_TRIP, self.both_lost_time, self.both_figures, targets.both))
-        for position, count, lever_figures, plan in levers:
+        likely_to_last = self.imbalance_survival() >= RULE_MIN_SURVIVAL
+        for (position, count, lever_figures, plan), pays, stall_s in zip(
+                levers, (G.REPLAN_PAYS, G.REBALANCE_PAYS, G.BOTH_PAYS), (replan_stall, rebalance_stall, both_stall)):
             saving = self.round_trip_saving(count.held_iterations, lever_figures, plan)
             observation[g + position] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
+            round_trip = saving is None or saving[0] >= ROUND_TRIP_STALLS * saving[1]
+            observation[g + pays] = float(count.lost_s > 0 and count.lost_s >= stall_s and round_trip and likely_to_last
+                                          and count.held_intervals >= RULE_CONFIRM_INTERVALS)
 
     # --- actions ---------------------------------------------------------------------------------
 

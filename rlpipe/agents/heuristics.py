@@ -20,7 +20,17 @@ import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs.repartition import FutureView, Plan
-from rlpipe.observation import BOTH, KEEP, REBALANCE, REPLAN, ROUND_TRIP_STALLS, LostTime, ObservationEncoder
+from rlpipe.observation import (
+    BOTH,
+    KEEP,
+    REBALANCE,
+    REPLAN,
+    ROUND_TRIP_STALLS,
+    RULE_CONFIRM_INTERVALS,
+    RULE_MIN_SURVIVAL,
+    LostTime,
+    ObservationEncoder,
+)
 
 
 @dataclass
@@ -175,8 +185,8 @@ class ThresholdPolicy(PolicyBase):
 
     min_gain: float = 0.03
     noise_multiple: float = 3.0
-    confirm_intervals: int = 2
-    min_survival: float = 0.3
+    confirm_intervals: int = RULE_CONFIRM_INTERVALS
+    min_survival: float = RULE_MIN_SURVIVAL
     round_trip: float = ROUND_TRIP_STALLS
     name: str = "threshold"
     _count: LostTime = field(default_factory=LostTime, init=False)
@@ -264,8 +274,8 @@ class FalconPolicy(PolicyBase):
 
     min_gain: float = 0.03
     noise_multiple: float = 3.0
-    confirm_intervals: int = 2
-    min_survival: float = 0.3
+    confirm_intervals: int = RULE_CONFIRM_INTERVALS
+    min_survival: float = RULE_MIN_SURVIVAL
     round_trip: float = ROUND_TRIP_STALLS
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
