@@ -240,6 +240,21 @@ def test_each_levers_round_trip_margin_is_observed(planner):
     assert global_feature(fresh, observation, G.REPLAN_ROUND_TRIP) == ROUND_TRIP_SPAN
 
 
+def test_each_levers_flag_says_whether_the_rules_whole_test_passes(planner):
+    """The flag is the conjunction the rules test (count reached, gain held 2 intervals, likely to last, round
+    trip paid), so a learner need not fit its thresholds; a lasting slowdown turns it on after a few intervals."""
+    encoder, flags = ObservationEncoder(planner), []
+    for _ in range(8):
+        observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1], iterations=10))
+        g = observation[encoder.size - GLOBAL_FEATURES:]
+        passes = (g[G.LOST] >= 1 and g[G.REPLAN_CONFIRMED] >= 2 / 4 and g[G.PAST_LONGER] >= 0.3
+                  and g[G.REPLAN_ROUND_TRIP] >= 1)
+        flags.append(float(g[G.REPLAN_PAYS]))
+        assert flags[-1] == float(passes)
+    assert flags[0] == 0 and flags[-1] == 1
+    assert global_feature(encoder, observation, G.REBALANCE_PAYS) == 0  # one pipeline: nothing to rebalance
+
+
 def test_a_pause_hopping_to_another_device_starts_the_count_again_on_the_launch_plan(planner):
     """Time lost to a pause on stage 2 is no reason to act on a pause on stage 0 an interval later; off the
     launch plan the count goes on (there the loss may be the plan's own, fitted to a slowdown that ended)."""
