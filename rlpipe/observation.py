@@ -41,8 +41,10 @@ job waits for its slowest replica); the replica block keeps every device.
   passes (1/0: its count has reached its stall, its gain has held ``RULE_CONFIRM_INTERVALS`` intervals, the
   imbalance's survival is at least ``RULE_MIN_SURVIVAL`` and its round trip pays: version 6; a network fits
   that conjunction of thresholds only approximately from the figures, and moved a little early, where the
-  rules would not, on noise that a fast job meets thousands of times an hour). Stalls are in units of
-  ``ITERATIONS_UNIT`` iterations at the current speed.
+  rules would not, on noise that a fast job meets thousands of times an hour), and which action reaches the
+  re-plan-and-rebalance plan (1: the re-plan, whose plan it is; -1: the rebalance; 0: its own action; a network
+  cannot tell equal figures apart exactly: version 6). Stalls are in units of ``ITERATIONS_UNIT`` iterations
+  at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
@@ -77,7 +79,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 32
+GLOBAL_FEATURES = 33
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -104,7 +106,7 @@ class G:
     REBALANCE_GAIN, REBALANCE_COST, REBALANCE_LOST, BOTH_GAIN, BOTH_COST, REPLICAS, COMM_BOUND, SYNC = range(14, 22)
     BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
-    REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS = range(29, 32)
+    REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS, BOTH_VIA = range(29, 33)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
@@ -557,6 +559,8 @@ class ObservationEncoder:
                   (G.REBALANCE_ROUND_TRIP, self.rebalance_lost_time, self.rebalance_figures,
                    (running[0], targets.rebalance)),
                   (G.BOTH_ROUND_TRIP, self.both_lost_time, self.both_figures, targets.both))
+        observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, self.split)
+                                       else -1.0 if targets.both == (running[0], targets.rebalance) else 0.0)
         likely_to_last = self.imbalance_survival() >= RULE_MIN_SURVIVAL
         for (position, count, lever_figures, plan), pays, stall_s in zip(
                 levers, (G.REPLAN_PAYS, G.REBALANCE_PAYS, G.BOTH_PAYS), (replan_stall, rebalance_stall, both_stall)):
