@@ -55,6 +55,15 @@ The policy shipped later that day (K drawn among 2-10, profiles up to 8x slower;
 (-0.0007 and -0.0005 against `falcon`; the eight others exactly as `falcon`): 12 re-plans or "both" where `falcon`
 keeps or only rebalances, the rest rebalancing or keeping a decision apart (62 rebalances where it keeps, 87 keeps
 where it rebalances). The policy's 15 re-splits in the ten hours are the README's 1.5 an hour.
+
+At those re-splits the features `falcon`'s test reads sat just beside its thresholds: moves away with the
+re-split's round-trip margin at 0.57-0.98 (the test passes at 1), moves home with its count at 0.93-0.97 of the
+stall (it fires at 1). Observation v6 (2026-12-04) adds each lever's verdict (the whole test: count, held
+intervals, survival, round trip) and which action reaches the re-plan-and-rebalance plan. Its first retrain,
+without the latter, rebalanced where `falcon` re-split through the re-plan action (heavy at 4 x 2, `2 heavy 10`:
+24 such decisions and 27 keeps, -0.0021 against `falcon`); the shipped one (source dc4573d) differs from `falcon`
+in 1 of 34,405 decisions there (+0.0015 in that episode), and on seqlen at 4 x 2 re-splits 4 times in the ten
+hours, as `falcon` does.
 """
 
 from __future__ import annotations

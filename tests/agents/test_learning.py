@@ -93,9 +93,10 @@ def test_imitation_reproduces_its_teacher_on_a_held_out_episode():
 @pytest.mark.slow
 def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
     """PPO at a large step size drifts from the cloned rule; the anchor's cloning minibatches after each
-    rollout hold the actor to it (measured after 4,096 steps: the clone repeats 0.57 of the teacher's moves, PPO
-    then 0.54 without the anchor, 0.80 with it). 20,000 decisions (235 moves) to judge by: on 10,000 (137 moves)
-    one seed's anchored run fell to 0.45 where another's kept 0.80 against 0.25 unanchored."""
+    rollout hold the actor to it. 20,000 decisions (235 moves) to judge by. Observation v6 carries the rule's
+    verdict, so PPO at 1e-3 no longer drifts in 4,096 steps (measured: clone 0.92, PPO 1.00 unanchored); at 3e-2
+    it does (measured after 4,096 steps, seeds 0 / 1 / 2: the clone repeats 0.92 / 0.90 / 0.91 of the teacher's
+    moves, PPO then 0.00 / 0.60 / 0.03 without the anchor, 1.00 with it in all three)."""
     from sb3_contrib import MaskablePPO
 
     env_kwargs = {"duration_s": 1800.0, "scenarios": ["heavy", "periodic", "drift", "mixed"], "min_stages": 4,
@@ -103,10 +104,10 @@ def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
     demonstrations = collect(env_kwargs, "threshold", 20_000)
     repeated = {}
     for anchored in (False, True):
-        model = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=0, learning_rate=1e-3, n_steps=1024,
+        model = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=0, learning_rate=3e-2, n_steps=1024,
                             batch_size=256, policy_kwargs={"net_arch": [64, 64]})
         cloned = clone(model.policy, demonstrations)
-        model.learn(4096, callback=[BehaviourAnchor(demonstrations, 40, 1e-3)] if anchored else [])
+        model.learn(4096, callback=[BehaviourAnchor(demonstrations, 40, 3e-2)] if anchored else [])
         repeated[anchored] = CloningLoss(demonstrations).accuracy(model.policy)
     assert repeated[True] >= cloned and repeated[True] >= repeated[False] + 0.1, (cloned, repeated)
 
