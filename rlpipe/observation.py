@@ -98,6 +98,13 @@ KEEP, REPLAN, REBALANCE, BOTH = 0, 1, 2, 3
 FIRST_MOVE = 4
 
 
+def round_trip_pays(saving: tuple[float, float] | None, round_trip: float = ROUND_TRIP_STALLS) -> bool:
+    """The rules' round-trip test on :meth:`ObservationEncoder.round_trip_saving`'s (saving, stall): the saving
+    reaches ``round_trip`` stalls; where the test does not apply (``None``) or is off (``round_trip`` <= 0), it
+    passes."""
+    return round_trip <= 0 or saving is None or saving[0] >= round_trip * saving[1]
+
+
 class G:
     """Positions of the global features, counted from the start of the global block."""
 
@@ -137,6 +144,11 @@ class LostTime:
 
     def reset(self) -> None:
         self.lost_s, self.held_intervals, self.held_iterations = 0.0, 0, 0
+
+    def reached(self, stall_s: float, confirm_intervals: int) -> bool:
+        """The rules' count test: the time lost has reached the action's stall (s) and its gain has held
+        ``confirm_intervals`` intervals in a row."""
+        return self.lost_s >= stall_s and self.held_intervals >= confirm_intervals
 
     def update(self, now_ms: float, after_ms: float, noise_level: float, stats: IntervalStats,
                possible: bool, transient: bool = False) -> None:
@@ -567,9 +579,9 @@ class ObservationEncoder:
             saving = self.round_trip_saving(count.held_iterations, lever_figures, plan)
             observation[g + position] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
-            round_trip = saving is None or saving[0] >= ROUND_TRIP_STALLS * saving[1]
-            observation[g + pays] = float(count.lost_s > 0 and count.lost_s >= stall_s and round_trip and likely_to_last
-                                          and count.held_intervals >= RULE_CONFIRM_INTERVALS)
+            # a count that is not running (lost 0) is a lever not possible now
+            observation[g + pays] = float(count.lost_s > 0 and count.reached(stall_s, RULE_CONFIRM_INTERVALS)
+                                          and round_trip_pays(saving) and likely_to_last)
 
     # --- actions ---------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from rlpipe.observation import (
     RULE_MIN_SURVIVAL,
     LostTime,
     ObservationEncoder,
+    round_trip_pays,
 )
 
 
@@ -236,8 +237,7 @@ def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationE
     if encoder.imbalance_moved:
         count.reset()
     count.update(now_ms, after_ms, encoder.estimate_noise, encoder.latest, possible, encoder.transient)
-    return (possible and count.lost_s >= stall_s and count.held_intervals >= confirm_intervals
-            and encoder.imbalance_survival() >= min_survival)
+    return possible and count.reached(stall_s, confirm_intervals) and encoder.imbalance_survival() >= min_survival
 
 
 def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder,
@@ -247,10 +247,9 @@ def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEn
     (:meth:`ObservationEncoder.round_trip_saving`, the imbalance's age at least how long ``count`` has held)
     must reach ``round_trip`` stalls. Home to the launch plan it always pays; with too little history to
     judge, too: the ski-rental count alone decides."""
-    if round_trip <= 0:
+    if round_trip <= 0:  # off: no need to estimate the saving
         return True
-    saving = encoder.round_trip_saving(count.held_iterations, figures, plan)
-    return saving is None or saving[0] >= round_trip * saving[1]
+    return round_trip_pays(encoder.round_trip_saving(count.held_iterations, figures, plan), round_trip)
 
 
 @dataclass
