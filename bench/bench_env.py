@@ -1,11 +1,13 @@
-"""Environment speed (steps per second, S = 8, one process), end-to-end PPO training speed (the shipped
-config, 2 cores; its 16 environments stepped in one process and 8 in each of 2 others, side by side), PPO's
-own share (the same training on environments that cost nothing to step), the imitation's labelling speed in
-one and two processes, the README's 4,096-step training trial's wall time and policy decision latency. The
-figures before the speed-up (observation in Python, 4 environments, 10 epochs) stand beside them."""
+"""Environment speed (steps per second, S = 8, one process), the PPO phase's speed end to end as `rlpipe train`
+runs it (the shipped config, 2 cores: PPO from the imitated policy, its 16 environments stepped in one process
+and 8 in each of 2 others, side by side), PPO's own share (the same network, rollouts and updates on
+environments that cost nothing to step), the imitation's labelling speed in one and two processes, the
+README's 4,096-step training trial's wall time and policy decision latency. The figures before the speed-up
+(observation in Python, 4 environments, 10 epochs) stand beside them."""
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -71,37 +73,38 @@ def shipped_config() -> TrainConfig:
     return TrainConfig.from_yaml(shipped_config_path())
 
 
-def ppo_steps_per_s(timesteps: int = 300_000, imitate: bool = False, vec_env: str | None = None,
-                    vec_workers: int | None = None) -> float:
-    """End-to-end MaskablePPO training steps per second with configs/ppo.yml (the periodic evaluations
-    left out; the short scoring at the run's end counts), its environments stepped as ``vec_env`` and
-    ``vec_workers`` say (dummy, or subproc in that many processes; None: as the config says).
-    The imitation phase (the teacher's 600,000 steps and behaviour cloning) is a fixed cost paid once
-    per training run, so it is left out unless ``imitate``: in a 300,000-step run it would dominate."""
+def ppo_phase_steps_per_s(timesteps: int = 131_072, vec_env: str | None = None,
+                          vec_workers: int | None = None) -> tuple[float, float]:
+    """A training run as `rlpipe train --config configs/ppo.yml --timesteps N` runs it, N = ``timesteps``
+    (its imitation in proportion: 40% of N decisions, a critic warm-up of 20%; then PPO from the imitated
+    policy, with the behaviour anchor; the periodic evaluations off), its environments stepped as ``vec_env``
+    and ``vec_workers`` say (dummy, or subproc in that many processes; None: as the config says), with torch's
+    default threads, as the command runs. Returns (the PPO phase's environment steps/s end to end: rollouts,
+    updates and the anchor, the scoring at its end left out; the whole run's steps/s, imitation and all).
+    PPO from scratch (no imitation) is no measure of this phase: its random early policy moves layers at
+    most decisions, and a move costs the environment several times a keep."""
     import tempfile
 
-    import torch
-
+    from rlpipe.agents.phase_times import PhaseTimes
     from rlpipe.agents.ppo import train
 
-    torch.set_num_threads(1)
     config = shipped_config()
     config.n_timesteps, config.eval_freq, config.checkpoint_freq = timesteps, 10**12, 10**12
-    if not imitate:
-        config.imitate = None
     config.vec_env, config.vec_workers = vec_env or config.vec_env, vec_workers or config.vec_workers
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         train(config, out, progress=False)
-        return timesteps / (time.perf_counter() - start)
+        whole_s = time.perf_counter() - start
+        phases = PhaseTimes(json.loads((Path(out) / "phases.json").read_text()))
+    return phases.steps_per_s("ppo"), timesteps / whole_s
 
 
 def ppo_ceiling_steps_per_s(timesteps: int = 65_536) -> float:
     """PPO's own share of training: the shipped config's network, rollouts and updates on 16 environments that
     cost nothing to step (the real observation and action spaces, a constant observation, every action
-    valid), steps/s: what end-to-end training would reach on this machine with a free environment."""
+    valid), steps/s, with torch's default threads as in training: what the PPO phase would reach on this
+    machine with a free environment."""
     import gymnasium as gym
-    import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -125,7 +128,6 @@ def ppo_ceiling_steps_per_s(timesteps: int = 65_536) -> float:
         def action_masks(self) -> np.ndarray:
             return np.ones(self.action_space.n, dtype=bool)
 
-    torch.set_num_threads(1)
     envs = VecNormalize(DummyVecEnv([FreeEnv] * config.n_envs), norm_obs=False, gamma=config.gamma)
     # the config's "lin_" rate is train()'s notation; a rate changes nothing of the cost
     hyper = {key: getattr(config, key) for key in PPO_KEYS if key != "learning_rate"}
@@ -195,19 +197,23 @@ def dagger_decisions_per_s(decisions: int = 10_000, repeats: int = 3) -> dict[st
 
 
 def run() -> dict:
-    # side by side: the 16 environments stepped in turn in this process, and 8 in each of 2 others (one per
-    # core; a process per environment measured 1.04x dummy on 2 cores, 2026-12-02)
-    by_vec_env = {"dummy": ppo_steps_per_s(vec_env="dummy"), "subproc_2": ppo_steps_per_s(vec_env="subproc",
-                                                                                         vec_workers=2)}
+    import torch
+
+    # first, with torch's default threads (the later figures set 1); side by side: the 16 environments stepped
+    # in turn in this process, and 8 in each of 2 others (one per core; a process per environment measured
+    # 1.04x dummy on 2 cores, 2026-12-02)
+    figures: dict = {"torch_threads_in_training": torch.get_num_threads()}
+    by_vec_env = {"dummy": ppo_phase_steps_per_s(vec_env="dummy"),
+                  "subproc_2": ppo_phase_steps_per_s(vec_env="subproc", vec_workers=2)}
     shipped = "dummy" if shipped_config().vec_env == "dummy" else "subproc_2"
-    figures = {"env_steps_per_s_S8": env_steps_per_s(), "env_target_steps_per_s": 10_000,
-               "env_steps_per_s_S8_before": 5_269, "ppo_train_steps_per_s": by_vec_env[shipped],
-               "ppo_train_target_steps_per_s": 3_000, "ppo_train_steps_per_s_before": "1,100-1,600",
-               **{f"ppo_train_steps_per_s_vec_env_{kind}": rate for kind, rate in by_vec_env.items()},
-               "ppo_train_subproc_2_over_dummy": by_vec_env["subproc_2"] / by_vec_env["dummy"],
-               # a 100,000-step run imitates 40,000 decisions, 3 DAgger rounds of 13,333, 20,000 critic steps
-               "ppo_train_steps_per_s_with_imitation_100k": ppo_steps_per_s(100_000, imitate=True)}
-    figures["ppo_train_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
+    figures["ppo_phase_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
+    figures.update({"ppo_phase_steps_per_s": by_vec_env[shipped][0], "ppo_phase_target_steps_per_s": 3_000,
+                    **{f"ppo_phase_steps_per_s_vec_env_{kind}": rates[0] for kind, rates in by_vec_env.items()},
+                    "ppo_phase_subproc_2_over_dummy": by_vec_env["subproc_2"][0] / by_vec_env["dummy"][0],
+                    # 52,428 decisions imitated, 3 DAgger rounds of 17,476, 28,672 critic steps, then PPO
+                    "train_run_131k_steps_per_s": by_vec_env[shipped][1],
+                    "env_steps_per_s_S8": env_steps_per_s(), "env_target_steps_per_s": 10_000,
+                    "env_steps_per_s_S8_before": 5_269})
     figures["train_trial_4096_steps_s"] = trial_run_s()
     dagger = dagger_decisions_per_s()
     figures["dagger_decisions_per_s_actor"] = dagger["actor"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from rlpipe import ENV_ID
 from rlpipe.agents import HEURISTICS, imitation
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
 from rlpipe.agents.deployed import PPOPolicy
+from rlpipe.agents.phase_times import PhaseTimes
 from rlpipe.agents.vec_env import ShardedVecEnv
 from rlpipe.calibration import Calibration
 from rlpipe.envs.evaluation import bootstrap_interval, run_episode
@@ -269,6 +271,7 @@ class EfficiencyEvalCallback(BaseCallback):
         self.best = -np.inf
         self.best_efficiencies: np.ndarray | None = None  # the kept model's, episode by episode
         self.history: list[tuple[int, float]] = []
+        self.seconds = 0.0  # spent scoring, wall s (the run's phases.json leaves it out of PPO's steps/s)
 
     def _on_step(self) -> bool:
         if self.n_calls % self.every_calls == 0:
@@ -285,6 +288,7 @@ class EfficiencyEvalCallback(BaseCallback):
             self._evaluate()
 
     def _evaluate(self) -> None:
+        start = time.perf_counter()
         config = self.env.config
         policy = PPOPolicy(*actor_of(self.model, config.s_max, config.history, config.d_max))  # as deployed
         efficiencies = np.array([run_episode(self.env, policy, seed, scenario).efficiency
@@ -299,6 +303,7 @@ class EfficiencyEvalCallback(BaseCallback):
             self.best, self.best_efficiencies = score, efficiencies
             (self.out / "best").mkdir(parents=True, exist_ok=True)
             self.model.save(self.out / "best" / "best_model.zip")
+        self.seconds += time.perf_counter() - start
 
 
 def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Path:
@@ -307,7 +312,8 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     Writes under ``out_dir``: ``eval/efficiency.json`` (held-out efficiency every ``eval_freq`` steps and
     at the end), ``best/best_model.zip`` (the best of those), ``checkpoints/`` (every ``checkpoint_freq``
     steps, if the run is that long), ``tb/`` (TensorBoard), ``final_model.zip`` (the last weights, also
-    written when interrupted) and the deploy artifact ``policy.pt`` / ``policy.json`` (from the best).
+    written when interrupted), ``phases.json`` (each phase's wall seconds and steps/s, also written when
+    interrupted) and the deploy artifact ``policy.pt`` / ``policy.json`` (from the best).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -328,29 +334,20 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         hyper["learning_rate"] = lambda progress_remaining: progress_remaining * initial
     model = MaskablePPO(config.policy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
-    if config.imitate:
-        demonstrations = _imitate(model, config, out, progress)
-        scorer = callbacks[0]
-        assert isinstance(scorer, EfficiencyEvalCallback)
-        scorer.score(model)  # the imitated policy is a candidate too: PPO's must beat it to replace it
-        if config.anchor_batches:
-            callbacks.append(imitation.BehaviourAnchor(demonstrations, config.anchor_batches,
-                                                       config.anchor_learning_rate, seed=config.seed,
-                                                       rare_weight=config.imitation_rare_weight))
-    rollout = config.n_steps * config.n_envs  # PPO learns in whole rollouts: the run ends on one
-    total = -(-config.n_timesteps // rollout) * rollout
-    if progress and total != config.n_timesteps:
-        print(f"training {total:,} steps: {config.n_timesteps:,} rounded up to whole rollouts of {rollout:,} "
-              f"({config.n_envs} environments x {config.n_steps} steps)", flush=True)
+    scorer = callbacks[0]
+    assert isinstance(scorer, EfficiencyEvalCallback)
+    times = PhaseTimes()
     try:
-        model.learn(total_timesteps=total, callback=callbacks, progress_bar=progress,
-                    tb_log_name="ppo")
-    finally:  # an interrupted run keeps what it learned
+        model = _learn(model, config, out, progress, callbacks, scorer, times)
+    finally:  # an interrupted run keeps what it learned, and says how long each phase took
         model.save(out / "final_model.zip")
         train_env.close()  # the environments' processes end with the run
         checkpoints = out / "checkpoints"
         if checkpoints.is_dir() and not any(checkpoints.iterdir()):  # a run shorter than checkpoint_freq
             checkpoints.rmdir()
+        times.write(out / "phases.json")
+        if progress:
+            print(times.summary(), flush=True)
     best = out / "best" / "best_model.zip"
     if best.exists():
         model = MaskablePPO.load(best, device="cpu")
@@ -361,6 +358,39 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         "selected": "best on held-out seeds" if best.exists() else "final",
         "calibration": asdict(Calibration.load(calibration)) if isinstance(calibration, str) else None})
     return out / "policy.pt"
+
+
+def _learn(model: Any, config: TrainConfig, out: Path, progress: bool, callbacks: list[BaseCallback],
+           scorer: EfficiencyEvalCallback, times: PhaseTimes) -> Any:
+    """The run's phases in order: imitation (and the critic's warm-up), scoring the imitated policy, PPO;
+    each timed in ``times``. Returns the model."""
+    if config.imitate:
+        with times.phase("imitation"):
+            demonstrations = _imitate(model, config, out, progress)
+        warmup = imitation_budget(config)[2]
+        if warmup:  # the critic learns the imitated actor's values, the actor held still
+            with times.phase("critic warm-up", steps=warmup):
+                imitation.hold_actor(model.policy, True)
+                model.learn(total_timesteps=warmup, progress_bar=progress, tb_log_name="critic")
+                imitation.hold_actor(model.policy, False)
+        with times.phase("scoring the imitated policy"):
+            scorer.score(model)  # the imitated policy is a candidate too: PPO's must beat it to replace it
+        if config.anchor_batches:
+            callbacks.append(imitation.BehaviourAnchor(demonstrations, config.anchor_batches,
+                                                       config.anchor_learning_rate, seed=config.seed,
+                                                       rare_weight=config.imitation_rare_weight))
+    rollout = config.n_steps * config.n_envs  # PPO learns in whole rollouts: the run ends on one
+    total = -(-config.n_timesteps // rollout) * rollout
+    if progress and total != config.n_timesteps:
+        print(f"training {total:,} steps: {config.n_timesteps:,} rounded up to whole rollouts of {rollout:,} "
+              f"({config.n_envs} environments x {config.n_steps} steps)", flush=True)
+    scored_before = scorer.seconds
+    with times.phase("ppo", steps=total) as record:
+        try:
+            model.learn(total_timesteps=total, callback=callbacks, progress_bar=progress, tb_log_name="ppo")
+        finally:
+            record["evaluation_seconds"] = scorer.seconds - scored_before
+    return model
 
 
 def imitation_budget(config: TrainConfig) -> tuple[int, int, int]:
@@ -379,9 +409,8 @@ def imitation_budget(config: TrainConfig) -> tuple[int, int, int]:
 
 
 def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imitation.Demonstrations:
-    """The actor learns the teacher's decisions, then (DAgger) the teacher's decisions on its own states;
-    the critic then learns their value (actor held still). Returns every decision learned from; the
-    imitated actor is saved as ``imitated/policy.pt``."""
+    """The actor learns the teacher's decisions, then (DAgger) the teacher's decisions on its own states.
+    Returns every decision learned from; the imitated actor is saved as ``imitated/policy.pt``."""
     decisions, per_round, warmup = imitation_budget(config)
     env_kwargs = _env_kwargs(config)
     teacher = imitation.PrivilegedTeacher(str(config.imitate), tuple(config.imitation_best_of),
@@ -405,10 +434,6 @@ def _imitate(model: Any, config: TrainConfig, out: Path, progress: bool) -> imit
     if progress:
         critic = f"the critic learns their value ({warmup:,} steps)" if warmup else "no critic warm-up (too short)"
         print(f"imitation: the actor repeats {accuracy:.1%} of the teacher's moves; {critic}", flush=True)
-    if warmup:
-        imitation.hold_actor(model.policy, True)
-        model.learn(total_timesteps=warmup, progress_bar=progress, tb_log_name="critic")
-        imitation.hold_actor(model.policy, False)
     return demonstrations
 
 
