@@ -81,8 +81,8 @@ def ppo_phase_steps_per_s(timesteps: int = 131_072, vec_env: str | None = None,
     and ``vec_workers`` say (dummy, or subproc in that many processes; None: as the config says), with torch's
     default threads, as the command runs. Returns (the PPO phase's environment steps/s end to end: rollouts,
     updates and the anchor, the scoring at its end left out; the whole run's steps/s, imitation and all).
-    PPO from scratch (no imitation) is no measure of this phase: its random early policy moves layers at
-    most decisions, and a move costs the environment several times a keep."""
+    PPO from scratch (no imitation, what this bench timed until 2026-12-04) is not this phase, and ran at about
+    0.7x of it in the same hour."""
     import tempfile
 
     from rlpipe.agents.phase_times import PhaseTimes
