@@ -244,7 +244,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"held-out mean efficiency, evaluated {len(history)} time(s): best {best:.4f} ({where}), "
           f"exported as the policy")
     print(f"wrote {policy} and {policy.with_suffix('.json')} (also best/, eval/, final_model.zip, "
-          f"TensorBoard logs in {args.out}/tb)")
+          f"phases.json, TensorBoard logs in {args.out}/tb)")
 
 
 # --- run -------------------------------------------------------------------------------------

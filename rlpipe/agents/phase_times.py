@@ -46,16 +46,21 @@ class PhaseTimes:
         return record["steps"] / max(record["seconds"] - record["evaluation_seconds"], 1e-9)
 
     def summary(self) -> str:
-        """One line: each phase's minutes, and steps/s where it steps environments."""
+        """One line: each phase's duration, and steps/s where it steps environments."""
         parts = []
         for name, record in self.phases.items():
-            part = f"{name} {record['seconds'] / 60:.1f} min"
+            part = f"{name} {_duration(record['seconds'])}"
             if record["steps"]:
                 part += f" ({record['steps']:,.0f} steps, {self.steps_per_s(name):,.0f} steps/s"
-                part += (f" without {record['evaluation_seconds'] / 60:.1f} min of held-out evaluation)"
+                part += (f" not counting {_duration(record['evaluation_seconds'])} of held-out scoring)"
                          if record["evaluation_seconds"] else ")")
             parts.append(part)
         return "training took: " + ", ".join(parts)
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.phases, indent=1))
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person reads it: seconds under two minutes, minutes beyond."""
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"

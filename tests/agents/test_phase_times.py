@@ -21,7 +21,8 @@ def test_a_phase_is_timed_even_when_it_fails_and_its_evaluations_are_left_out_of
     assert times.steps_per_s("ppo") > 1000 / 0.05 * 2
     times.write(tmp_path / "phases.json")
     assert PhaseTimes(json.loads((tmp_path / "phases.json").read_text())).phases == times.phases
-    assert times.summary().startswith("training took: ppo 0.0 min (1,000 steps,")
+    assert times.summary().startswith("training took: ppo 0.1 s (1,000 steps,")
+    assert "steps/s not counting 0.0 s of held-out scoring), interrupted 0.0 s (10 steps," in times.summary()
 
 
 @pytest.mark.slow
