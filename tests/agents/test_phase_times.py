@@ -1,6 +1,7 @@
 """PhaseTimes: a training run's phases timed, on a real (short) imitated PPO run."""
 
 import json
+import re
 import time
 
 import pytest
@@ -17,12 +18,13 @@ def test_a_phase_is_timed_even_when_it_fails_and_its_evaluations_are_left_out_of
     with pytest.raises(KeyboardInterrupt), times.phase("interrupted", steps=10):
         raise KeyboardInterrupt
     assert list(times.phases) == ["ppo", "interrupted"] and times.phases["interrupted"]["seconds"] >= 0
-    # 1,000 steps in ~0.05 s of which 0.04 s scoring: ~1,000 / 0.01 s, far above 1,000 / 0.05 s
-    assert times.steps_per_s("ppo") > 1000 / 0.05 * 2
+    assert times.phases["ppo"]["seconds"] >= 0.05
+    # the 0.04 s of scoring is not the phase's own: 1,000 steps over the rest of its time
+    assert times.steps_per_s("ppo") == pytest.approx(1000 / (times.phases["ppo"]["seconds"] - 0.04))
     times.write(tmp_path / "phases.json")
     assert PhaseTimes(json.loads((tmp_path / "phases.json").read_text())).phases == times.phases
-    assert times.summary().startswith("training took: ppo 0.1 s (1,000 steps,")
-    assert "steps/s not counting 0.0 s of held-out scoring), interrupted 0.0 s (10 steps," in times.summary()
+    assert re.fullmatch(r"training took: ppo \d+\.\d s \(1,000 steps, [\d,]+ steps/s not counting 0\.0 s of held-out "
+                        r"scoring\), interrupted \d+\.\d s \(10 steps, [\d,]+ steps/s\)", times.summary())
 
 
 @pytest.mark.slow
