@@ -22,8 +22,11 @@ if TYPE_CHECKING:
     from rlpipe.agents.ppo import TrainConfig
 
 
-def env_steps_per_s(seconds: float = 3.0) -> float:
-    env = RepartitionEnv(min_stages=8, max_stages=8)
+def env_steps_per_s(seconds: float = 3.0, keep: float = 0.9, **env_kwargs) -> float:
+    """Environment steps per second in one process, actions drawn at random (keep with probability ``keep``,
+    else a valid action uniformly): by default 8 stages and one replica; ``env_kwargs`` instead: that
+    environment (the training distribution, say)."""
+    env = RepartitionEnv(**(env_kwargs or {"min_stages": 8, "max_stages": 8}))
     rng = np.random.default_rng(0)
     env.reset(seed=0)
     env.step(1)  # compile the JIT kernels outside the timing
@@ -34,7 +37,7 @@ def env_steps_per_s(seconds: float = 3.0) -> float:
         done = False
         while not done:
             mask = env.action_masks()
-            action = 0 if rng.random() < 0.9 else int(rng.choice(np.flatnonzero(mask)))
+            action = 0 if rng.random() < keep else int(rng.choice(np.flatnonzero(mask)))
             _, _, terminated, truncated, _ = env.step(action)
             steps += 1
             done = terminated or truncated
@@ -74,15 +77,14 @@ def shipped_config() -> TrainConfig:
 
 
 def ppo_phase_steps_per_s(timesteps: int = 131_072, vec_env: str | None = None,
-                          vec_workers: int | None = None) -> tuple[float, float]:
+                          vec_workers: int | None = None, imitate: bool = True) -> tuple[float, float]:
     """A training run as `rlpipe train --config configs/ppo.yml --timesteps N` runs it, N = ``timesteps``
     (its imitation in proportion: 40% of N decisions, a critic warm-up of 20%; then PPO from the imitated
     policy, with the behaviour anchor; the periodic evaluations off), its environments stepped as ``vec_env``
     and ``vec_workers`` say (dummy, or subproc in that many processes; None: as the config says), with torch's
     default threads, as the command runs. Returns (the PPO phase's environment steps/s end to end: rollouts,
     updates and the anchor, the scoring at its end left out; the whole run's steps/s, imitation and all).
-    PPO from scratch (no imitation, what this bench timed until 2026-12-04) is not this phase, and ran at about
-    0.7x of it in the same hour."""
+    ``imitate=False``: PPO from scratch (what this bench timed until 2026-12-04), which is not this phase."""
     import tempfile
 
     from rlpipe.agents.phase_times import PhaseTimes
@@ -91,6 +93,8 @@ def ppo_phase_steps_per_s(timesteps: int = 131_072, vec_env: str | None = None,
     config = shipped_config()
     config.n_timesteps, config.eval_freq, config.checkpoint_freq = timesteps, 10**12, 10**12
     config.vec_env, config.vec_workers = vec_env or config.vec_env, vec_workers or config.vec_workers
+    if not imitate:
+        config.imitate = None
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         train(config, out, progress=False)
@@ -199,6 +203,8 @@ def dagger_decisions_per_s(decisions: int = 10_000, repeats: int = 3) -> dict[st
 def run() -> dict:
     import torch
 
+    from rlpipe.agents.ppo import _env_kwargs
+
     # first, with torch's default threads (the later figures set 1); side by side: the 16 environments stepped
     # in turn in this process, and 8 in each of 2 others (one per core; a process per environment measured
     # 1.04x dummy on 2 cores, 2026-12-02)
@@ -212,8 +218,18 @@ def run() -> dict:
                     "ppo_phase_subproc_2_over_dummy": by_vec_env["subproc_2"][0] / by_vec_env["dummy"][0],
                     # 52,428 decisions imitated, 3 DAgger rounds of 17,476, 28,672 critic steps, then PPO
                     "train_run_131k_steps_per_s": by_vec_env[shipped][1],
+                    # the measure reported until 2026-12-04 (then with one torch thread), for comparison
+                    "ppo_from_scratch_steps_per_s": ppo_phase_steps_per_s(65_536, imitate=False)[0],
                     "env_steps_per_s_S8": env_steps_per_s(), "env_target_steps_per_s": 10_000,
                     "env_steps_per_s_S8_before": 5_269})
+    # what the training distribution costs, by replica count (its episodes; a policy that mostly keeps, as the
+    # imitated one does), and whether moves cost more than keeps
+    env_kwargs = _env_kwargs(shipped_config())
+    for replicas in (1, 2, 4, 8):
+        figures[f"env_steps_per_s_training_D{replicas}"] = env_steps_per_s(
+            4.0, keep=0.97, **{**env_kwargs, "data_parallel": [replicas, replicas]})
+    for keep in (0.97, 0.0):
+        figures[f"env_steps_per_s_training_keep_{keep}"] = env_steps_per_s(4.0, keep=keep, **env_kwargs)
     figures["train_trial_4096_steps_s"] = trial_run_s()
     dagger = dagger_decisions_per_s()
     figures["dagger_decisions_per_s_actor"] = dagger["actor"]
