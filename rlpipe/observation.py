@@ -552,7 +552,8 @@ class ObservationEncoder:
         if self.past_slowdowns:
             observation[g + G.PAST_COUNT] = math.log1p(len(self.past_slowdowns)) / math.log1p(PAST_SLOWDOWNS)
             observation[g + G.PAST_MEDIAN] = math.log1p(self._past_median / ITERATIONS_UNIT) / LOG_SPAN
-        observation[g + G.PAST_LONGER] = self.imbalance_survival()
+        survival = self.imbalance_survival()
+        observation[g + G.PAST_LONGER] = survival
         observation[g + G.REBALANCE_GAIN] = now_ms / rebalance_ms - 1.0
         observation[g + G.REBALANCE_COST] = rebalance_stall / unit_s
         observation[g + G.REBALANCE_LOST] = (self.rebalance_lost_time.lost_s / max(rebalance_stall, 1e-9)
@@ -573,7 +574,7 @@ class ObservationEncoder:
                   (G.BOTH_ROUND_TRIP, self.both_lost_time, self.both_figures, targets.both))
         observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, self.split)
                                        else -1.0 if targets.both == (running[0], targets.rebalance) else 0.0)
-        likely_to_last = self.imbalance_survival() >= RULE_MIN_SURVIVAL
+        likely_to_last = survival >= RULE_MIN_SURVIVAL
         for (position, count, lever_figures, plan), pays, stall_s in zip(
                 levers, (G.REPLAN_PAYS, G.REBALANCE_PAYS, G.BOTH_PAYS), (replan_stall, rebalance_stall, both_stall)):
             saving = self.round_trip_saving(count.held_iterations, lever_figures, plan)

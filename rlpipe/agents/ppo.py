@@ -338,7 +338,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     assert isinstance(scorer, EfficiencyEvalCallback)
     times = PhaseTimes()
     try:
-        model = _learn(model, config, out, progress, callbacks, scorer, times)
+        _learn(model, config, out, progress, callbacks, scorer, times)
     finally:  # an interrupted run keeps what it learned, and says how long each phase took
         model.save(out / "final_model.zip")
         train_env.close()  # the environments' processes end with the run
@@ -361,9 +361,9 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
 
 
 def _learn(model: Any, config: TrainConfig, out: Path, progress: bool, callbacks: list[BaseCallback],
-           scorer: EfficiencyEvalCallback, times: PhaseTimes) -> Any:
-    """The run's phases in order: imitation (and the critic's warm-up), scoring the imitated policy, PPO;
-    each timed in ``times``. Returns the model."""
+           scorer: EfficiencyEvalCallback, times: PhaseTimes) -> None:
+    """The run's phases in order, training ``model`` in place: imitation (and the critic's warm-up), scoring
+    the imitated policy, PPO; each timed in ``times``."""
     if config.imitate:
         with times.phase("imitation"):
             demonstrations = _imitate(model, config, out, progress)
@@ -390,7 +390,6 @@ def _learn(model: Any, config: TrainConfig, out: Path, progress: bool, callbacks
             model.learn(total_timesteps=total, callback=callbacks, progress_bar=progress, tb_log_name="ppo")
         finally:
             record["evaluation_seconds"] = scorer.seconds - scored_before
-    return model
 
 
 def imitation_budget(config: TrainConfig) -> tuple[int, int, int]:
