@@ -269,6 +269,7 @@ class ObservationEncoder:
         self._past_median = 0.0
         self.latest: IntervalStats | None = None
         self.device_estimate = np.ones(devices)
+        self._imbalance_age = 0.0  # imbalance_age_iterations
         self.slowdown_estimate = np.ones(self.planner.num_stages)
         self.link_estimate = np.ones(max(self.planner.num_stages - 1, 1))  # each link's bandwidth over its nominal
         self.split: tuple[int, ...] = self.planner.even
@@ -361,8 +362,8 @@ class ObservationEncoder:
     @property
     def imbalance_age_iterations(self) -> float:
         """How long the most slowed device has been disturbed, iterations (0 when none is): the current
-        imbalance's age, measured as ``past_slowdowns`` are."""
-        return float(self.elevated_iterations[int(np.argmax(self.device_estimate))])
+        imbalance's age, measured as ``past_slowdowns`` are (set by :meth:`observe`)."""
+        return self._imbalance_age
 
     def expected_remaining_iterations(self, age_iterations: float, min_seen: int = 3) -> float | None:
         """How many more iterations an imbalance ``age_iterations`` old is expected to last, judged by the
@@ -415,8 +416,8 @@ class ObservationEncoder:
         if stats.replicas != planner.replicas or stats.loads.shape != (planner.replicas, planner.num_stages):
             raise StatsError(f"statistics for {stats.replicas} replicas, the job has {planner.replicas}")
         cv = _NOTHING if stats.compute_cv is None else stats.compute_cv
-        problem = _unsound_figures(*(np.asarray(figures, dtype=np.float64).reshape(-1) for figures in (
-            stats.loads, stats.compute_ms, stats.comm_ms, stats.idle_ms, stats.num_layers, cv)))
+        problem = _unsound_figures(_flat(stats.loads), _flat(stats.compute_ms), _flat(stats.comm_ms),
+                                   _flat(stats.idle_ms), _flat(stats.num_layers), _flat(cv))
         if problem == 1:
             raise StatsError(f"non-finite or non-positive device load {stats.loads.tolist()}")
         if problem == 2:
@@ -448,6 +449,7 @@ class ObservationEncoder:
             self._past_median = statistics.median(self._past_sorted)
         else:
             self.imbalance_moved = False
+        self._imbalance_age = float(self.elevated_iterations[int(np.argmax(self.device_estimate))])
         by_device = self.device_estimate.reshape(replicas, num_stages)
         if replicas == 1:  # a stage group of one: its most loaded member is the device itself
             self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
@@ -488,8 +490,8 @@ class ObservationEncoder:
                                                                      replan_stall, 0.0, replan_stall]))
         links = np.ascontiguousarray(self.link_estimate[:max(planner.num_stages - 1, 1)])
         replica_worst = by_device.max(axis=1)  # each replica's slowest device
-        slowest = np.argsort(-replica_worst)[:1]
-        candidates = list(dict.fromkeys([current, replan, *(planner.plan(by_device[r]) for r in slowest)]))
+        slowest = int(np.argmax(replica_worst))  # the first of equals, as a stable sort would put it
+        candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest])]))
         sync = np.array([self._sync_ms(c) for c in candidates])
         with_split, balanced, with_balanced, replica_ms = _lever_kernel(
             planner.prefix_compute_ms, planner.roundtrip_ms, np.array(candidates, dtype=np.int64), by_device, links,
@@ -527,28 +529,30 @@ class ObservationEncoder:
 
     def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats) -> None:
         """The ski-rental counts, the past slowdowns and the levers' figures in the global block."""
-        planner, targets = self.planner, self.targets
-        now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures
+        targets, split = self.targets, self.split
+        # plain floats: this runs at every step of training, where numpy scalars cost several times as much
+        now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures.tolist()
         noise, transient = self.estimate_noise, self.transient
-        running = (tuple(stats.boundaries), self.split)
+        running = (tuple(stats.boundaries), split)
         if self._running is not None and running != self._running:  # the job changed: the escalation starts again
             self.rebalance_lost_time.reset()
             self.both_lost_time.reset()
         self._running = running
+        replan_count, rebalance_count, both_count = counts = (self.lost_time, self.rebalance_lost_time,
+                                                              self.both_lost_time)
         if self.imbalance_moved:
-            for count in (self.lost_time, self.rebalance_lost_time, self.both_lost_time):
+            for count in counts:
                 count.reset()
-        self.lost_time.update(now_ms, replan_ms, noise, stats, targets.replan != stats.boundaries, transient)
-        self.rebalance_lost_time.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != self.split, transient)
-        self.both_lost_time.update(now_ms, both_ms, noise, stats, targets.both != running, transient)
+        replan_count.update(now_ms, replan_ms, noise, stats, targets.replan != running[0], transient)
+        rebalance_count.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != split, transient)
+        both_count.update(now_ms, both_ms, noise, stats, targets.both != running, transient)
         unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
         g = self._global_base
         observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
         observation[g + G.REPLAN_COST] = replan_stall / unit_s
         observation[g + G.DISPERSION] = self._state[3]
         observation[g + G.NOISE] = self.noise_level
-        observation[g + G.LOST] = self.lost_time.lost_s / max(replan_stall, 1e-9) if self.lost_time.lost_s else 0.0
-        observation[g + G.HELD] = math.log1p(self.lost_time.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
+        observation[g + G.HELD] = math.log1p(replan_count.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
         if self.past_slowdowns:
             observation[g + G.PAST_COUNT] = math.log1p(len(self.past_slowdowns)) / math.log1p(PAST_SLOWDOWNS)
             observation[g + G.PAST_MEDIAN] = math.log1p(self._past_median / ITERATIONS_UNIT) / LOG_SPAN
@@ -556,29 +560,25 @@ class ObservationEncoder:
         observation[g + G.PAST_LONGER] = survival
         observation[g + G.REBALANCE_GAIN] = now_ms / rebalance_ms - 1.0
         observation[g + G.REBALANCE_COST] = rebalance_stall / unit_s
-        observation[g + G.REBALANCE_LOST] = (self.rebalance_lost_time.lost_s / max(rebalance_stall, 1e-9)
-                                             if self.rebalance_lost_time.lost_s else 0.0)
         observation[g + G.BOTH_GAIN] = now_ms / both_ms - 1.0
         observation[g + G.BOTH_COST] = both_stall / unit_s
-        observation[g + G.REPLICAS] = planner.replicas / self.d_max
-        observation[g + G.BOTH_LOST] = (self.both_lost_time.lost_s / max(both_stall, 1e-9)
-                                        if self.both_lost_time.lost_s else 0.0)
-        for position, count in ((G.REPLAN_CONFIRMED, self.lost_time), (G.REBALANCE_CONFIRMED, self.rebalance_lost_time),
-                                (G.BOTH_CONFIRMED, self.both_lost_time)):
-            observation[g + position] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
+        observation[g + G.REPLICAS] = self.planner.replicas / self.d_max
         observation[g + G.SYNC] = (float(stats.sync_ms.max()) / max(stats.iteration_ms, 1e-9)
                                    if stats.sync_ms is not None and len(stats.sync_ms) else 0.0)
-        levers = ((G.REPLAN_ROUND_TRIP, self.lost_time, self.replan_figures, (targets.replan, self.split)),
-                  (G.REBALANCE_ROUND_TRIP, self.rebalance_lost_time, self.rebalance_figures,
-                   (running[0], targets.rebalance)),
-                  (G.BOTH_ROUND_TRIP, self.both_lost_time, self.both_figures, targets.both))
-        observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, self.split)
+        observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, split)
                                        else -1.0 if targets.both == (running[0], targets.rebalance) else 0.0)
         likely_to_last = survival >= RULE_MIN_SURVIVAL
-        for (position, count, lever_figures, plan), pays, stall_s in zip(
-                levers, (G.REPLAN_PAYS, G.REBALANCE_PAYS, G.BOTH_PAYS), (replan_stall, rebalance_stall, both_stall)):
-            saving = self.round_trip_saving(count.held_iterations, lever_figures, plan)
-            observation[g + position] = ROUND_TRIP_SPAN if saving is None else min(max(
+        levers = ((replan_count, replan_ms, replan_stall, (targets.replan, split),
+                   (G.LOST, G.REPLAN_CONFIRMED, G.REPLAN_ROUND_TRIP, G.REPLAN_PAYS)),
+                  (rebalance_count, rebalance_ms, rebalance_stall, (running[0], targets.rebalance),
+                   (G.REBALANCE_LOST, G.REBALANCE_CONFIRMED, G.REBALANCE_ROUND_TRIP, G.REBALANCE_PAYS)),
+                  (both_count, both_ms, both_stall, targets.both,
+                   (G.BOTH_LOST, G.BOTH_CONFIRMED, G.BOTH_ROUND_TRIP, G.BOTH_PAYS)))
+        for count, after_ms, stall_s, plan, (lost, confirmed, round_trip, pays) in levers:
+            observation[g + lost] = count.lost_s / max(stall_s, 1e-9) if count.lost_s else 0.0
+            observation[g + confirmed] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
+            saving = self.round_trip_saving(count.held_iterations, (now_ms, after_ms, stall_s), plan)
+            observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
             # a count that is not running (lost 0) is a lever not possible now
             observation[g + pays] = float(count.lost_s > 0 and count.reached(stall_s, RULE_CONFIRM_INTERVALS)
@@ -637,6 +637,11 @@ class ObservationEncoder:
 # --- the compiled kernels ---------------------------------------------------------------------------
 
 _NOTHING = np.zeros(0)
+
+
+def _flat(figures: np.ndarray) -> np.ndarray:
+    """``figures`` as a flat float64 array (a view where they are one already)."""
+    return np.asarray(figures, dtype=np.float64).reshape(-1)
 
 
 @njit(cache=True)

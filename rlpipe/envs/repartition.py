@@ -108,9 +108,11 @@ class RepartitionEnv(gym.Env):
                              self.split if split is None else tuple(split), 0.0)
 
     def _advance(self, boundaries: tuple[int, ...], split: tuple[int, ...], penalty: float):
-        row = self.situation.trace.index_at(self.time_s)
-        stall_s = self.planner.change_stall_s((self.boundaries, self.split), (tuple(boundaries), tuple(split)),
-                                              self.job.mean_ms(tuple(boundaries), tuple(split), row))
+        stall_s = 0.0  # keeping what runs stops nothing (most steps: skip the prediction below)
+        if (tuple(boundaries), tuple(split)) != (self.boundaries, self.split):
+            row = self.situation.trace.index_at(self.time_s)
+            stall_s = self.planner.change_stall_s((self.boundaries, self.split), (tuple(boundaries), tuple(split)),
+                                                  self.job.mean_ms(tuple(boundaries), tuple(split), row))
         if tuple(boundaries) != self.boundaries:
             self.repartitions += 1
             self.boundaries = tuple(boundaries)
@@ -158,12 +160,11 @@ class RepartitionEnv(gym.Env):
         self.time_s = interval.end_s
         self.iteration += k
         shape = interval.comm_ms.shape
+        layers, memory, ideal_compute = self._partition_constants(self.boundaries)
         measured = measure_kernel(interval.compute_ms, s.measurement.iteration_noise(rng, k, shape),
                                   s.measurement.outliers(rng, shape) * s.stage_bias, interval.comm_ms,
-                                  interval.idle_ms, s.measurement.noise(rng, (2, *shape)),
-                                  self._partition_constants(self.boundaries)[2])
+                                  interval.idle_ms, s.measurement.noise(rng, (2, *shape)), ideal_compute)
         compute, comm, idle, load, cv, loads = measured
-        layers, memory, _ = self._partition_constants(self.boundaries)
         return IntervalStats(self.iteration, k, interval.end_s - start_s, stall_s, self.boundaries, compute, comm,
                              idle, layers, memory, load, compute_cv=cv, replica_load=loads, split=self.split,
                              sync_ms=interval.sync_ms)
