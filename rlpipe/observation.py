@@ -243,9 +243,9 @@ class ObservationEncoder:
         self._boundary_base = s_max * width
         self._replica_base = self._boundary_base + BOUNDARY_FEATURES * (s_max - 1)
         self._global_base = self.size - GLOBAL_FEATURES
-        # each replica's slot, and each of its devices' positions in it
-        self._replica_slots = self._replica_base + (REPLICA_FEATURES + s_max) * np.arange(planner.replicas)
-        self._device_slots = self._replica_slots[:, None] + REPLICA_FEATURES + np.arange(planner.num_stages)
+        # the replicas' slots, one row each (:meth:`_levers` fills them through a view)
+        self._replica_block = slice(self._replica_base,
+                                    self._replica_base + (REPLICA_FEATURES + s_max) * planner.replicas)
         self._sync_cache: dict[tuple[int, ...], float] = {}
         self.reset()
 
@@ -475,7 +475,8 @@ class ObservationEncoder:
             raise StatsError(f"no partition into {num_stages} stages fits the memory cap")
         self.targets = self._levers(stats.boundaries, tuple(replan.tolist()), figures, by_device, observation)
         self._count_and_fill(observation, stats)
-        return np.minimum(np.maximum(observation, -OBSERVATION_CLIP), OBSERVATION_CLIP).astype(np.float32)
+        np.maximum(observation, -OBSERVATION_CLIP, out=observation)
+        return np.minimum(observation, OBSERVATION_CLIP, out=observation).astype(np.float32)
 
     def _levers(self, current: tuple[int, ...], replan: tuple[int, ...], figures: np.ndarray, by_device: np.ndarray,
                 observation: np.ndarray) -> Targets:
@@ -488,7 +489,7 @@ class ObservationEncoder:
             now_ms, replan_ms, replan_stall = figures
             return Targets(replan, split, (replan, split), np.array([now_ms, replan_ms, now_ms, replan_ms,
                                                                      replan_stall, 0.0, replan_stall]))
-        links = np.ascontiguousarray(self.link_estimate[:max(planner.num_stages - 1, 1)])
+        links = self.link_estimate
         replica_worst = by_device.max(axis=1)  # each replica's slowest device
         slowest = int(np.argmax(replica_worst))  # the first of equals, as a stable sort would put it
         candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest])]))
@@ -509,12 +510,12 @@ class ObservationEncoder:
         replan_stall = planner.stall_s(current, best_replan)
         rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
         both_stall = planner.change_stall_s((current, split), (both, both_split), iteration_ms)
-        slots = self._replica_slots
-        observation[slots] = 1.0
-        observation[slots + 1] = np.asarray(split) / planner.microbatches - 1.0
-        observation[slots + 2] = replica_worst - 1.0
-        observation[slots + 3] = replica_ms / replica_ms.mean() - 1.0
-        observation[self._device_slots] = by_device - 1.0
+        replicas = observation[self._replica_block].reshape(planner.replicas, REPLICA_FEATURES + self.s_max)
+        replicas[:, 0] = 1.0
+        replicas[:, 1] = np.asarray(split) / planner.microbatches - 1.0
+        replicas[:, 2] = replica_worst - 1.0
+        replicas[:, 3] = replica_ms / replica_ms.mean() - 1.0
+        replicas[:, REPLICA_FEATURES:REPLICA_FEATURES + planner.num_stages] = by_device - 1.0
         return Targets(best_replan, rebalanced, (both, both_split),
                        np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
 

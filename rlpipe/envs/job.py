@@ -267,7 +267,7 @@ class SimulatedJob:
     def _draw(bank: np.ndarray, iterations: int, rng: np.random.Generator) -> np.ndarray:
         """Each of ``iterations`` iterations' compute, ``(iterations, D, S)``: a pattern of the bank each."""
         if len(bank) == 1:
-            return np.broadcast_to(bank[0], (iterations, *bank.shape[1:]))
+            return np.repeat(bank, iterations, axis=0)
         return bank[rng.integers(len(bank), size=iterations)]
 
     def reference_iterations(self, boundaries: tuple[int, ...], split: tuple[int, ...], start_s: float,
