@@ -60,6 +60,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -387,7 +388,7 @@ class ObservationEncoder:
         further = sum(longer) / len(longer) - age if longer else 0.0
         return max(further, age - self._past_sorted[-min_seen])
 
-    def round_trip_saving(self, held_iterations: int, figures: np.ndarray,
+    def round_trip_saving(self, held_iterations: int, figures: np.ndarray | Sequence[float],
                           plan: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[float, float] | None:
         """What a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
         its stall s), would save over the imbalance's expected remaining life (at the iteration time now), and
