@@ -433,15 +433,15 @@ class ObservationEncoder:
         self.latest = stats
         self.split = tuple(stats.split) if stats.split is not None else planner.even
         ended = np.zeros(replicas * num_stages)
-        self.device_estimate = _record_loads(self._loads, self._state, self.elevated_iterations, self._steady,
-                                             np.ascontiguousarray(stats.loads.reshape(-1), dtype=np.float64),
-                                             float(stats.iterations), float(stats.stall_s), self.history, ended,
-                                             np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
+        self.device_estimate, slowdowns_ended = _record_loads(
+            self._loads, self._state, self.elevated_iterations, self._steady,
+            np.ascontiguousarray(stats.loads.reshape(-1), dtype=np.float64), float(stats.iterations),
+            float(stats.stall_s), self.history, ended, np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
         # A pause hopping from device to device (garbage collection on many devices): the devices disturbed
         # before have all recovered and others are disturbed now. On the launch plan, what was lost before
         # was lost to another imbalance, which acting on this one would not have recovered. Away from it the
         # loss may be the plan's own (fitted to a slowdown that ended), and the count goes on.
-        if ended.any():
+        if slowdowns_ended:
             continuing = self.elevated_iterations > stats.iterations
             self.imbalance_moved = (self.at_launch(stats.boundaries, self.split)
                                     and bool(np.any(self.elevated_iterations > 0)) and not bool(continuing.any()))
@@ -762,7 +762,8 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
     repartition, how long each device has been loaded (``ended[d]``: the length of a slowdown of device d
     that ended now, else 0) and each device's steady estimate (``steady[0]``: its mean load since its last
     change, ``steady[1]``: the intervals in that mean; a load more than ``CHANGE_TOLERANCE`` off the mean
-    starts it again). Returns the slowdown estimate: each device's steady mean."""
+    starts it again). Returns the slowdown estimate (each device's steady mean) and how many slowdowns
+    ended."""
     devices = load.shape[0]
     clipped = np.minimum(np.maximum(load, 1.0 / MAX_SLOWDOWN_ESTIMATE), MAX_SLOWDOWN_ESTIMATE)
     for row in range(history - 1, 0, -1):  # newest first
@@ -780,18 +781,21 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
             steady[1, d] += 1.0
             steady[0, d] += (clipped[d] - steady[0, d]) / steady[1, d]
     typical = np.median(steady[0])  # a device is loaded relative to the others: what slows all is no imbalance
+    slowdowns_ended = 0
     for d in range(devices):
         if steady[0, d] > ELEVATED_LOAD * max(typical, 1.0):
             elevated[d] += iterations
         else:
             ended[d] = elevated[d]
             elevated[d] = 0.0
+            if ended[d] != 0.0:
+                slowdowns_ended += 1
     state[1] = 0.0 if stall_s > 0 else state[1] + iterations
     state[4] = steady[1].min()
     if compute_cv.shape[0]:
         weight = max(1.0 / state[0], NOISE_MEMORY)  # a plain mean at first, then a running one
         state[3] += weight * (np.median(compute_cv) - state[3])
-    return steady[0].copy()
+    return steady[0].copy(), slowdowns_ended
 
 
 @njit(cache=True)

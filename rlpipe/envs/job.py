@@ -10,6 +10,7 @@ would give, and what each stage really computed over an interval of K iterations
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -86,6 +87,7 @@ class SimulatedJob:
         self.unequal = trace.microbatch_spread is not None and bool(np.any(trace.microbatch_spread > 1.0))
         self._activation_bits = costs.activation_bytes * 8e-6
         self._layer_compute = costs.profile.compute_ms()
+        self._one_inflight = np.ones(num_stages)  # the reference plans without a memory cap
         self._partition_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._timing_cache: dict[tuple, JobTiming] = {}
         self._graph_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
@@ -133,7 +135,7 @@ class SimulatedJob:
             factors = self._factors(row, pattern)
             pipelines, compute, comm, idle = self._run(boundaries, split, row, factors)
             sync = self._partition(boundaries)[3]
-            iteration = float(pipelines.max()) + (float(sync.max()) if self.replicas > 1 else 0.0)
+            iteration = max(pipelines.tolist()) + (max(sync.tolist()) if self.replicas > 1 else 0.0)
             timing = self._timing_cache[key] = JobTiming(iteration, compute, comm, idle, sync)
         return timing
 
@@ -167,12 +169,13 @@ class SimulatedJob:
 
     def _optimal(self, slowdown: np.ndarray, links: np.ndarray) -> tuple[int, ...]:
         """The bottleneck-optimal partition for one pipeline's true slowdowns and link factors."""
-        roundtrip = np.zeros((max(self.num_stages - 1, 1), self.costs.num_layers))
         if self.num_stages > 1:
-            roundtrip[:] = 2 * (self._activation_bits[None, :] / (self.bandwidth_gbps * links)[:, None])
+            roundtrip = 2 * (self._activation_bits[None, :] / (self.bandwidth_gbps * links)[:, None])
+        else:
+            roundtrip = np.zeros((1, self.costs.num_layers))
         found, _, _ = bottleneck_dp(self._layer_compute, roundtrip, self.costs.state_bytes,
-                                    self.costs.activation_bytes, 1.0 / slowdown, np.inf, np.ones(self.num_stages))
-        return tuple(int(b) for b in found)
+                                    self.costs.activation_bytes, 1.0 / slowdown, np.inf, self._one_inflight)
+        return tuple(found.tolist())
 
     def balanced_split(self, boundaries: tuple[int, ...], row: int) -> tuple[int, ...]:
         """The micro-batch split that best fits the replicas' true speeds under row ``row`` (each replica's
@@ -221,10 +224,9 @@ class SimulatedJob:
                 found = JobTiming(one.iteration_ms, one.compute_ms[None], one.comm_ms, one.idle_ms, one.sync_ms)
             else:
                 bank = [self.timing(boundaries, split, row, p) for p in range(PATTERNS)]
-                mean = {name: np.mean([getattr(t, name) for t in bank], axis=0)
-                        for name in ("iteration_ms", "comm_ms", "idle_ms", "sync_ms")}
-                found = JobTiming(float(mean["iteration_ms"]), np.array([t.compute_ms for t in bank]),
-                                  mean["comm_ms"], mean["idle_ms"], mean["sync_ms"])
+                found = JobTiming(_mean([t.iteration_ms for t in bank]), np.array([t.compute_ms for t in bank]),
+                                  _mean([t.comm_ms for t in bank]), _mean([t.idle_ms for t in bank]),
+                                  _mean([t.sync_ms for t in bank]))
             self._timing_cache[key] = found
         return found
 
@@ -288,6 +290,15 @@ class SimulatedJob:
         if self.unequal and self.trace.spread_at_row(row) > 1.0:
             best *= current / self.timing(boundaries, split, row).iteration_ms
         return min(best, current)
+
+
+def _mean(values: list) -> Any:
+    """The mean of a few floats or arrays, summed in order: bit for bit what ``np.mean(values, axis=0)`` gives
+    for fewer than 8, without its conversions."""
+    total = values[0]
+    for value in values[1:]:
+        total = total + value
+    return total / len(values)
 
 
 @njit(cache=True)
