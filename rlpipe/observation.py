@@ -495,25 +495,28 @@ class ObservationEncoder:
         slowest = int(np.argmax(replica_worst))  # the first of equals, as a stable sort would put it
         candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest])]))
         sync = np.array([self._sync_ms(c) for c in candidates])
+        split_counts = np.asarray(split, dtype=np.float64)
         with_split, balanced, with_balanced, replica_ms = _lever_kernel(
             planner.prefix_compute_ms, planner.roundtrip_ms, np.array(candidates, dtype=np.int64), by_device, links,
-            np.asarray(split, dtype=np.float64), planner.num_layers, planner.replicas * planner.microbatches,
-            planner.minimum, sync)
-        now_ms = with_split[0]
-        best = int(np.argmin(with_split))
-        replan_ms, best_replan = (with_split[best], candidates[best]) if with_split[best] < now_ms * (1 - 1e-9) \
+            split_counts, planner.num_layers, planner.replicas * planner.microbatches, planner.minimum, sync)
+        # plain floats and tuples from here: this runs at every step of training
+        with_split_ms, with_balanced_ms = with_split.tolist(), with_balanced.tolist()
+        balanced_splits = balanced.tolist()
+        now_ms = with_split_ms[0]
+        best = with_split_ms.index(min(with_split_ms))  # the first of equals, as np.argmin
+        replan_ms, best_replan = (with_split_ms[best], candidates[best]) if with_split_ms[best] < now_ms * (1 - 1e-9) \
             else (now_ms, current)
-        rebalanced = tuple(balanced[0].tolist())
-        rebalance_ms = with_balanced[0]
-        pick = int(np.argmin(with_balanced))
-        both, both_split, both_ms = candidates[pick], tuple(balanced[pick].tolist()), with_balanced[pick]
+        rebalanced = tuple(balanced_splits[0])
+        rebalance_ms = with_balanced_ms[0]
+        pick = with_balanced_ms.index(min(with_balanced_ms))
+        both, both_split, both_ms = candidates[pick], tuple(balanced_splits[pick]), with_balanced_ms[pick]
         iteration_ms = self.latest.iteration_ms if self.latest is not None else now_ms
         replan_stall = planner.stall_s(current, best_replan)
         rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
         both_stall = planner.change_stall_s((current, split), (both, both_split), iteration_ms)
         replicas = observation[self._replica_block].reshape(planner.replicas, REPLICA_FEATURES + self.s_max)
         replicas[:, 0] = 1.0
-        replicas[:, 1] = np.asarray(split) / planner.microbatches - 1.0
+        replicas[:, 1] = split_counts / planner.microbatches - 1.0
         replicas[:, 2] = replica_worst - 1.0
         replicas[:, 3] = replica_ms / replica_ms.mean() - 1.0
         replicas[:, REPLICA_FEATURES:REPLICA_FEATURES + planner.num_stages] = by_device - 1.0

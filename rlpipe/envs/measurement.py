@@ -8,6 +8,7 @@ draws one of several measurement models per episode, a calibrated one (``rlpipe 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -83,13 +84,14 @@ class MeasurementModel:
 
     def noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         """Multiplicative noise for one interval's measurements."""
-        return np.exp(rng.normal(0.0, self.sigma, size=shape)) * self.outliers(rng, shape)
+        noise = np.exp(rng.normal(0.0, self.sigma, size=shape))
+        return noise if self.outlier_probability <= 0 else noise * self.outliers(rng, shape)
 
     def iteration_noise(self, rng: np.random.Generator, iterations: int, shape: tuple[int, ...]) -> np.ndarray:
         """Multiplicative noise of each iteration's timer reading, ``(iterations, *shape)``: independent
         from one iteration to the next, so that an interval's mean carries ``sigma``, and of mean 1, so
         that it adds no bias."""
-        spread = self.sigma * np.sqrt(iterations)
+        spread = self.sigma * math.sqrt(iterations)
         return np.exp(rng.normal(-spread * spread / 2, spread, size=(iterations, *shape)))
 
     def outliers(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
