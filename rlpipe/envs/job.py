@@ -18,7 +18,7 @@ from numba import njit
 from rlpipe.interference import InterferenceTrace
 from rlpipe.partition import bottleneck_dp
 from rlpipe.simulator import Overheads, PipelineCosts, operation_graph, simulate_kernel
-from rlpipe.split import balanced_split, minimum_per_replica
+from rlpipe.split import greedy_split, minimum_per_replica
 
 PATTERNS = 4  # micro-batch patterns drawn per episode; each iteration of unequal micro-batches draws one
 
@@ -91,6 +91,8 @@ class SimulatedJob:
         self._partition_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._timing_cache: dict[tuple, JobTiming] = {}
         self._graph_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
+        self._probe_microbatches = max(microbatches, self.minimum + 1)  # where best() times a replica
+        self._most_microbatches = self._probe_microbatches  # graphs held in the bank at least (it grows as needed)
         self._best_cache: dict[int, tuple[tuple[int, ...], tuple[int, ...], float]] = {}
         self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -151,15 +153,19 @@ class SimulatedJob:
             float(self.overheads.op_ms), float(self.overheads.iteration_ms))
 
     def _graphs(self, split: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-        """Every replica's operation graph for its micro-batches, end to end, then where each replica's
-        operations start (D + 1 offsets) and its micro-batches (cached)."""
+        """The bank of operation graphs (:func:`graph_bank`), where each replica's graph for its micro-batches
+        starts and ends in it, and its micro-batches (cached)."""
         found = self._graph_cache.get(split)
         if found is None:
-            graphs = [operation_graph(self.num_stages, m, self.schedule) for m in split]
-            offsets = np.cumsum([0] + [len(graph[0]) for graph in graphs])
-            found = self._graph_cache[split] = (*(np.concatenate(parts) for parts in zip(*graphs, strict=True)),
-                                                offsets, np.asarray(split, dtype=np.int64))
+            counts = np.asarray(split, dtype=np.int64)
+            *bank, starts = self._bank(int(counts.max()))
+            found = self._graph_cache[split] = (*bank, starts[counts], starts[counts + 1], counts)
         return found
+
+    def _bank(self, most: int) -> tuple[np.ndarray, ...]:
+        """The graph bank for this job's pipeline, holding replicas of up to ``most`` micro-batches at least."""
+        self._most_microbatches = max(most, self._most_microbatches)
+        return graph_bank(self.num_stages, self._most_microbatches, self.schedule)
 
     def mean_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
         """The mean iteration time under row ``row``, over the micro-batch patterns where they differ."""
@@ -177,17 +183,6 @@ class SimulatedJob:
                                     self.costs.activation_bytes, 1.0 / slowdown, np.inf, self._one_inflight)
         return tuple(found.tolist())
 
-    def balanced_split(self, boundaries: tuple[int, ...], row: int) -> tuple[int, ...]:
-        """The micro-batch split that best fits the replicas' true speeds under row ``row`` (each replica's
-        time taken as linear in its micro-batches, from two simulated points)."""
-        if self.replicas == 1:
-            return self.even
-        low, high = self.minimum, max(self.microbatches, self.minimum + 1)
-        at_low = self._run(boundaries, (low,) * self.replicas, row, None)[0]
-        at_high = self._run(boundaries, (high,) * self.replicas, row, None)[0]
-        step = (at_high - at_low) / (high - low)
-        return balanced_split(at_low - (low - 1) * step, step, self.replicas * self.microbatches, self.minimum)
-
     def best(self, row: int) -> tuple[tuple[int, ...], tuple[int, ...], float]:
         """The best partition and split for the true conditions of row ``row`` and its iteration time with
         equal micro-batches, ms: for one pipeline, the bottleneck-optimal partition or the interference-free
@@ -197,17 +192,22 @@ class SimulatedJob:
         best = self._best_cache.get(row)
         if best is None:
             slowdown, links = self._conditions(row)
-            worst = self._optimal(slowdown.max(axis=0), links.min(axis=0))
-            options = [(self.timing(b, self.even, row).iteration_ms, b, self.even)
-                       for b in dict.fromkeys((worst, self.ideal_boundaries))]
+            candidates = [self._optimal(slowdown.max(axis=0), links.min(axis=0)), self.ideal_boundaries]
             if self.replicas > 1:
                 slowest = int(np.argmax(slowdown.max(axis=1)))
-                for boundaries in dict.fromkeys((worst, self.ideal_boundaries, self._optimal(slowdown[slowest],
-                                                                                             links[slowest]))):
-                    split = self.balanced_split(boundaries, row)
-                    options.append((self.timing(boundaries, split, row).iteration_ms, boundaries, split))
-            iteration_ms, boundaries, split = min(options)
-            best = self._best_cache[row] = (boundaries, split, iteration_ms)
+                candidates.append(self._optimal(slowdown[slowest], links[slowest]))
+            # every option simulated in one compiled call (this runs at every change of conditions in training)
+            parts = [self._partition(b) for b in candidates]
+            fwd, bwd, link_ms = (np.array([part[k] for part in parts]) for k in range(3))
+            sync = np.array([max(part[3].tolist()) if self.replicas > 1 else 0.0 for part in parts])
+            pick = -self._most_microbatches
+            while pick < 0:  # a balanced split wanted more micro-batches than the graph bank held: grow it
+                pick, split, iteration_ms = best_kernel(  # type: ignore[call-arg]
+                    *self._bank(-pick), np.array(candidates, dtype=np.int64), fwd, bwd, link_ms, sync, slowdown,
+                    links, self._equal_factors, float(self.overheads.op_ms), float(self.overheads.iteration_ms),
+                    np.asarray(self.even, dtype=np.int64), self.minimum, self._probe_microbatches,
+                    self.replicas * self.microbatches, self.replicas > 1)
+            best = self._best_cache[row] = (candidates[pick], tuple(split.tolist()), iteration_ms)
         return best
 
     # --- an interval ----------------------------------------------------------------------------
@@ -302,10 +302,10 @@ def _mean(values: list) -> Any:
 
 
 @njit(cache=True)
-def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, op_offsets, split, fwd_ms, bwd_ms,
-                      link_ms, slowdown, links, factors, op_ms, iteration_overhead_ms):  # pragma: no cover
-    """One iteration of every replica (replica r: operations ``op_offsets[r]:op_offsets[r + 1]`` of the
-    graphs, ``split[r]`` micro-batches, ``slowdown[r]`` on the stages' interference-free ``fwd_ms`` and
+def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, op_starts, op_ends, split, fwd_ms,
+                      bwd_ms, link_ms, slowdown, links, factors, op_ms, iteration_overhead_ms):  # pragma: no cover
+    """One iteration of every replica (replica r: operations ``op_starts[r]:op_ends[r]`` of the graphs,
+    ``split[r]`` micro-batches, ``slowdown[r]`` on the stages' interference-free ``fwd_ms`` and
     ``bwd_ms``, ``links[r]`` on the links' ``link_ms``, its micro-batches' compute ``factors``), then the
     job's: (each replica's pipeline ms, and per device compute per micro-batch, communication wait and idle
     ms, a replica that finished early waiting for the slowest). A replica under the same
@@ -328,7 +328,7 @@ def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch
             pipeline[r], compute[r], comm[r], idle[r] = pipeline[same], compute[same], comm[same], idle[same]
             continue
         replica_link_ms = link_ms / links[r] if link_ms.shape[0] == links.shape[1] else link_ms
-        start, end = op_offsets[r], op_offsets[r + 1]
+        start, end = op_starts[r], op_ends[r]
         iteration, stage_compute, stage_comm, stage_idle = simulate_kernel(
             op_stage[start:end], op_backward[start:end], op_producer[start:end], op_link[start:end],
             op_microbatch[start:end], fwd_ms * slowdown[r], bwd_ms * slowdown[r], replica_link_ms, op_ms, mine)
@@ -340,3 +340,87 @@ def job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch
         compute[r] /= split[r]
         idle[r] += pipeline_ms - pipeline[r]
     return pipeline, compute, comm, idle
+
+
+_GRAPH_BANKS: dict[tuple[int, str], tuple[np.ndarray, ...]] = {}
+
+
+def graph_bank(num_stages: int, most_microbatches: int, schedule: str) -> tuple[np.ndarray, ...]:
+    """The operation graphs (:func:`~rlpipe.simulator.operation_graph`) of a replica of 1, 2, ... micro-batches
+    end to end, at least up to ``most_microbatches``, and where each starts: the graph of m micro-batches is
+    ``starts[m]:starts[m + 1]``, whatever split the replica is part of. One bank per pipeline shape, shared by
+    every job; it grows (doubling) when a job needs more micro-batches than it holds."""
+    bank = _GRAPH_BANKS.get((num_stages, schedule))
+    held = 0 if bank is None else len(bank[-1]) - 2
+    if held < most_microbatches:
+        most = max(most_microbatches, 2 * held)
+        graphs = [operation_graph(num_stages, m, schedule) for m in range(1, most + 1)]
+        starts = np.zeros(most + 2, dtype=np.int64)
+        starts[2:] = np.cumsum([len(graph[0]) for graph in graphs])
+        bank = _GRAPH_BANKS[(num_stages, schedule)] = (
+            *(np.concatenate(parts) for parts in zip(*graphs, strict=True)), starts)
+    assert bank is not None
+    return bank
+
+
+@njit(cache=True)
+def _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, split, fwd_ms, bwd_ms, link_ms,
+            sync_ms, slowdown, links, factors, op_ms, iteration_overhead_ms):  # pragma: no cover
+    """Every replica's pipeline ms with ``split`` (graphs from the bank), and the job's iteration: the slowest
+    replica, then the gradient sync ``sync_ms`` (as :meth:`SimulatedJob.timing` adds them)."""
+    pipeline = job_timing_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts[split],
+                                 bank_starts[split + 1], split, fwd_ms, bwd_ms, link_ms, slowdown, links, factors,
+                                 op_ms, iteration_overhead_ms)[0]
+    return pipeline, pipeline.max() + sync_ms
+
+
+@njit(cache=True)
+def _precedes(ms, boundaries, split, best_ms, best_boundaries, best_split):  # pragma: no cover
+    """Whether (ms, boundaries, split) sorts before the best so far, as Python orders such tuples."""
+    if ms != best_ms:
+        return ms < best_ms
+    for a, b in zip(boundaries, best_boundaries):
+        if a != b:
+            return a < b
+    for a, b in zip(split, best_split):
+        if a != b:
+            return a < b
+    return False
+
+
+@njit(cache=True)
+def best_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, candidates, fwd_ms, bwd_ms,
+                link_ms, sync_ms, slowdown, links, factors, op_ms, iteration_overhead_ms, even, minimum, probe, total,
+                rebalance):  # pragma: no cover
+    """The reference's choice among its options (:meth:`SimulatedJob.best`): every candidate partition (row c of
+    ``candidates``, with its stages' and links' interference-free ``fwd_ms[c]``, ``bwd_ms[c]``, ``link_ms[c]``
+    and its sync) but the last, with the ``even`` split; and where ``rebalance`` (replicas), every candidate
+    with the split that best fits the replicas' true speeds: each replica's time taken as linear in its
+    micro-batches between ``minimum`` and ``probe`` of them, :func:`~rlpipe.split.greedy_split` sharing
+    ``total``. Returns (the chosen candidate, its split, its iteration ms): the fastest, ties ordered as Python
+    orders (ms, partition, split) tuples; or (-m, ...) when a split needs graphs of m micro-batches that the
+    bank does not hold."""
+    best, best_split, best_ms = 0, even, np.inf
+    for c in range(candidates.shape[0] - (1 if rebalance else 0)):
+        ms = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, even, fwd_ms[c],
+                     bwd_ms[c], link_ms[c], sync_ms[c], slowdown, links, factors, op_ms, iteration_overhead_ms)[1]
+        if _precedes(ms, candidates[c], even, best_ms, candidates[best], best_split):
+            best, best_split, best_ms = c, even, ms
+    if rebalance:
+        replicas = slowdown.shape[0]
+        low, high = np.full(replicas, minimum), np.full(replicas, probe)
+        for c in range(candidates.shape[0]):
+            at_low = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, low, fwd_ms[c],
+                             bwd_ms[c], link_ms[c], 0.0, slowdown, links, factors, op_ms, iteration_overhead_ms)[0]
+            at_high = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, high,
+                              fwd_ms[c], bwd_ms[c], link_ms[c], 0.0, slowdown, links, factors, op_ms,
+                              iteration_overhead_ms)[0]
+            step = (at_high - at_low) / (probe - minimum)
+            split = greedy_split(at_low - (minimum - 1) * step, step, total, minimum)
+            if split.max() + 1 >= bank_starts.shape[0]:
+                return -split.max(), split, np.inf
+            ms = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, split, fwd_ms[c],
+                         bwd_ms[c], link_ms[c], sync_ms[c], slowdown, links, factors, op_ms, iteration_overhead_ms)[1]
+            if _precedes(ms, candidates[c], split, best_ms, candidates[best], best_split):
+                best, best_split, best_ms = c, split, ms
+    return best, best_split, best_ms

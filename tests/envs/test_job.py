@@ -6,9 +6,11 @@ from conftest import make_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rlpipe.envs.job as job_module
 from rlpipe.envs.job import PATTERNS, SimulatedJob
 from rlpipe.interference import InterferenceTrace
 from rlpipe.simulator import Overheads, PipelineCosts
+from rlpipe.split import balanced_split
 
 BANDWIDTH_GBPS = 0.5  # slow links: the transfers shape the schedule
 
@@ -58,3 +60,56 @@ def test_one_pipeline_waits_for_no_replica_and_syncs_nothing():
     expected = job.costs.simulate((0, 3, 6), "1f1b", 4, np.array([1.0, 2.0, 1.0]), BANDWIDTH_GBPS)
     assert found.iteration_ms == expected.iteration_ms
     np.testing.assert_array_equal(found.idle_ms[0], expected.idle_ms)
+
+
+def best_one_by_one(job: SimulatedJob, row: int) -> tuple[tuple[int, ...], tuple[int, ...], float]:
+    """The reference's choice written out option by option through ``job.timing`` (what ``job.best`` computes
+    in one compiled call): the candidates with the even split, then for replicas each with its balanced split;
+    the fastest, ties ordered as Python orders the tuples."""
+    slowdown, links = job._conditions(row)
+    worst = job._optimal(slowdown.max(axis=0), links.min(axis=0))
+    options = [(job.timing(b, job.even, row).iteration_ms, b, job.even) for b in (worst, job.ideal_boundaries)]
+    if job.replicas > 1:
+        slowest = int(np.argmax(slowdown.max(axis=1)))
+        low, high = job.minimum, max(job.microbatches, job.minimum + 1)
+        for b in (worst, job.ideal_boundaries, job._optimal(slowdown[slowest], links[slowest])):
+            at_low = job._run(b, (low,) * job.replicas, row, None)[0]
+            at_high = job._run(b, (high,) * job.replicas, row, None)[0]
+            step = (at_high - at_low) / (high - low)
+            split = balanced_split(at_low - (low - 1) * step, step, job.replicas * job.microbatches, job.minimum)
+            options.append((job.timing(b, split, row).iteration_ms, b, split))
+    iteration_ms, boundaries, split = min(options)
+    return boundaries, split, iteration_ms
+
+
+@settings(max_examples=40, deadline=None)
+@given(slowdowns=st.lists(st.sampled_from([1.0, 1.5, 3.0, 8.0]), min_size=12, max_size=12),
+       links=st.lists(st.sampled_from([1.0, 0.25]), min_size=11, max_size=11),
+       replicas=st.sampled_from([1, 2, 4]), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_the_references_compiled_choice_is_the_options_simulated_one_by_one(slowdowns, links, replicas, schedule):
+    """Bit for bit: the same partition, split and iteration time, ties included (equal replicas, equal plans)."""
+    slowdown = np.array(slowdowns).reshape(4, 3)[:replicas]
+    job = job_under(slowdown, np.array(links)[:3 * replicas - 1], 1.0, schedule, Overheads(op_ms=0.05))
+    assert job.best(0) == best_one_by_one(job, 0)
+
+
+def test_the_graph_bank_grows_when_a_balanced_split_needs_more_microbatches(monkeypatch):
+    """One replica 8x slower under GPipe (a replica may run 1 micro-batch): the fast one gets more than the 4
+    micro-batches the bank starts with, and the reference still equals the options simulated one by one."""
+    monkeypatch.setattr(job_module, "_GRAPH_BANKS", {})
+    job = job_under(np.array([[8.0, 8.0, 8.0], [1.0, 1.0, 1.0]]), np.ones(5), 1.0, "gpipe", Overheads())
+    boundaries, split, iteration_ms = job.best(0)
+    assert max(split) > 4 and len(job_module._GRAPH_BANKS[(3, "gpipe")][-1]) - 2 >= max(split)
+    assert (boundaries, split, iteration_ms) == best_one_by_one(job, 0)
+
+
+plans = st.tuples(st.sampled_from([1.0, 2.0]), st.lists(st.integers(0, 2), min_size=3, max_size=3),
+                  st.lists(st.integers(1, 3), min_size=2, max_size=2))
+
+
+@given(plan=plans, best=plans)
+def test_the_reference_breaks_ties_as_python_orders_its_options(plan, best):
+    """(ms, partition, split) before the best so far exactly when Python's tuple order says so."""
+    as_arrays = [(ms, np.array(b, dtype=np.int64), np.array(s, dtype=np.int64)) for ms, b, s in (plan, best)]
+    expected = (plan[0], tuple(plan[1]), tuple(plan[2])) < (best[0], tuple(best[1]), tuple(best[2]))
+    assert job_module._precedes(*as_arrays[0], *as_arrays[1]) == expected
