@@ -326,7 +326,8 @@ class ObservationEncoder:
         """The timer noise measured so far (lognormal sigma of one interval's loads): the larger of the
         change between intervals and the dispersion within them scaled to an interval's mean."""
         iterations = self.latest.iterations if self.latest is not None else 1
-        return float(max(self._state[2], self._state[3] / math.sqrt(max(iterations, 1))))
+        between, within = self._state[2:4].tolist()
+        return max(between, within / math.sqrt(max(iterations, 1)))
 
     @property
     def estimate_noise(self) -> float:
@@ -433,7 +434,7 @@ class ObservationEncoder:
         self.latest = stats
         self.split = tuple(stats.split) if stats.split is not None else planner.even
         ended = np.zeros(replicas * num_stages)
-        self.device_estimate, slowdowns_ended = _record_loads(
+        self.device_estimate, slowdowns_ended, self._imbalance_age = _record_loads(
             self._loads, self._state, self.elevated_iterations, self._steady,
             np.ascontiguousarray(stats.loads.reshape(-1), dtype=np.float64), float(stats.iterations),
             float(stats.stall_s), self.history, ended, np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
@@ -450,7 +451,6 @@ class ObservationEncoder:
             self._past_median = statistics.median(self._past_sorted)
         else:
             self.imbalance_moved = False
-        self._imbalance_age = float(self.elevated_iterations[int(np.argmax(self.device_estimate))])
         by_device = self.device_estimate.reshape(replicas, num_stages)
         if replicas == 1:  # a stage group of one: its most loaded member is the device itself
             self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
@@ -518,7 +518,8 @@ class ObservationEncoder:
         replicas[:, 0] = 1.0
         replicas[:, 1] = split_counts / planner.microbatches - 1.0
         replicas[:, 2] = replica_worst - 1.0
-        replicas[:, 3] = replica_ms / replica_ms.mean() - 1.0
+        # np.mean's own sum (the same reduction, bit for bit) without its Python wrapper: this runs every step
+        replicas[:, 3] = replica_ms / (np.add.reduce(replica_ms) / planner.replicas) - 1.0
         replicas[:, REPLICA_FEATURES:REPLICA_FEATURES + planner.num_stages] = by_device - 1.0
         return Targets(best_replan, rebalanced, (both, both_split),
                        np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
@@ -568,7 +569,7 @@ class ObservationEncoder:
         observation[g + G.BOTH_GAIN] = now_ms / both_ms - 1.0
         observation[g + G.BOTH_COST] = both_stall / unit_s
         observation[g + G.REPLICAS] = self.planner.replicas / self.d_max
-        observation[g + G.SYNC] = (float(stats.sync_ms.max()) / max(stats.iteration_ms, 1e-9)
+        observation[g + G.SYNC] = (max(stats.sync_ms.tolist()) / max(stats.iteration_ms, 1e-9)
                                    if stats.sync_ms is not None and len(stats.sync_ms) else 0.0)
         observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, split)
                                        else -1.0 if targets.both == (running[0], targets.rebalance) else 0.0)
@@ -765,8 +766,8 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
     repartition, how long each device has been loaded (``ended[d]``: the length of a slowdown of device d
     that ended now, else 0) and each device's steady estimate (``steady[0]``: its mean load since its last
     change, ``steady[1]``: the intervals in that mean; a load more than ``CHANGE_TOLERANCE`` off the mean
-    starts it again). Returns the slowdown estimate (each device's steady mean) and how many slowdowns
-    ended."""
+    starts it again). Returns the slowdown estimate (each device's steady mean), how many slowdowns ended, and
+    how long the most slowed device has been loaded (the imbalance's age)."""
     devices = load.shape[0]
     clipped = np.minimum(np.maximum(load, 1.0 / MAX_SLOWDOWN_ESTIMATE), MAX_SLOWDOWN_ESTIMATE)
     for row in range(history - 1, 0, -1):  # newest first
@@ -798,7 +799,7 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
     if compute_cv.shape[0]:
         weight = max(1.0 / state[0], NOISE_MEMORY)  # a plain mean at first, then a running one
         state[3] += weight * (np.median(compute_cv) - state[3])
-    return steady[0].copy(), slowdowns_ended
+    return steady[0].copy(), slowdowns_ended, elevated[np.argmax(steady[0])]
 
 
 @njit(cache=True)
