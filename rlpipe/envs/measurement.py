@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from rlpipe.calibration import Calibration
 from rlpipe.errors import InputError
@@ -98,5 +99,17 @@ class MeasurementModel:
         """Each measurement's outlier factor for one interval (1: none)."""
         if self.outlier_probability <= 0:
             return np.ones(shape)
-        hit = rng.random(shape) < self.outlier_probability
-        return np.where(hit, 1.0 + self.outlier_scale * rng.uniform(0.5, 1.5, shape), 1.0)
+        return outlier_factors(rng.random(shape), rng.uniform(0.5, 1.5, shape), self.outlier_probability,
+                               self.outlier_scale)
+
+
+@njit(cache=True)
+def outlier_factors(draw, stretch, probability, scale):  # pragma: no cover
+    """Elementwise: ``1 + scale x stretch`` where ``draw < probability`` (an outlier), else 1. Compiled: the
+    environment draws the outliers of every interval."""
+    factors = np.ones(draw.shape)
+    flat_factors, flat_draw, flat_stretch = factors.reshape(-1), draw.reshape(-1), stretch.reshape(-1)
+    for i in range(flat_draw.shape[0]):
+        if flat_draw[i] < probability:
+            flat_factors[i] = 1.0 + scale * flat_stretch[i]
+    return factors

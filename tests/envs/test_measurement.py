@@ -5,7 +5,7 @@ import pytest
 
 from rlpipe.calibration import Calibration
 from rlpipe.envs import RepartitionEnv
-from rlpipe.envs.measurement import MeasurementModel
+from rlpipe.envs.measurement import MeasurementModel, outlier_factors
 from rlpipe.errors import InputError
 
 QUIET = {"scenarios": ("none",), "profiles": ("transformer16",), "min_stages": 4, "max_stages": 4,
@@ -62,3 +62,12 @@ def test_models_from_a_config_mapping_and_their_refusals():
         RepartitionEnv(**QUIET, measurement_models=({"sigmaa": 0.02},))
     with pytest.raises(InputError, match="sigma"):
         RepartitionEnv(**QUIET, measurement_models=({"sigma": -1},))
+
+
+def test_the_compiled_outlier_factors_are_numpys_elementwise_choice():
+    """Bit for bit what ``np.where(draw < p, 1 + scale x stretch, 1)`` gives, in any shape."""
+    rng = np.random.default_rng(1)
+    for shape in [(3,), (2, 5), (4, 2, 8)]:
+        draw, stretch = rng.random(shape), rng.uniform(0.5, 1.5, shape)
+        expected = np.where(draw < 0.3, 1.0 + 0.7 * stretch, 1.0)
+        np.testing.assert_array_equal(outlier_factors(draw, stretch, 0.3, 0.7), expected)
