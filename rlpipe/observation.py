@@ -484,7 +484,7 @@ class ObservationEncoder:
         """What each lever would do now. One pipeline: the kernel's re-plan (exactly simulated). Replicas:
         every lever predicted with each replica's pipeline as its fill plus one bottleneck per further
         micro-batch, the slowest replica then the gradient sync; the re-plan tries the partition optimal for
-        every stage's worst device and each of the two most slowed replicas' own."""
+        every stage's worst device and the most slowed replica's own."""
         planner, split = self.planner, self.split
         if planner.replicas == 1:
             now_ms, replan_ms, replan_stall = figures

@@ -392,12 +392,13 @@ def _precedes(ms, boundaries, split, best_ms, best_boundaries, best_split):  # p
 def best_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, candidates, fwd_ms, bwd_ms,
                 link_ms, sync_ms, slowdown, links, factors, op_ms, iteration_overhead_ms, even, minimum, probe, total,
                 rebalance):  # pragma: no cover
-    """The reference's choice among its options (:meth:`SimulatedJob.best`): every candidate partition (row c of
-    ``candidates``, with its stages' and links' interference-free ``fwd_ms[c]``, ``bwd_ms[c]``, ``link_ms[c]``
-    and its sync) but the last, with the ``even`` split; and where ``rebalance`` (replicas), every candidate
-    with the split that best fits the replicas' true speeds: each replica's time taken as linear in its
+    """The reference's choice among its options (:meth:`SimulatedJob.best`). Row c of ``candidates`` is a
+    partition, with its stages' and links' interference-free ``fwd_ms[c]``, ``bwd_ms[c]``, ``link_ms[c]`` and its
+    sync: the partition for every stage's worst device, the launch plan, and where ``rebalance`` (replicas) the
+    most slowed replica's own. Options: the first two with the ``even`` split; and where ``rebalance``, all
+    three with the split that best fits the replicas' true speeds (each replica's time taken as linear in its
     micro-batches between ``minimum`` and ``probe`` of them, :func:`~rlpipe.split.greedy_split` sharing
-    ``total``. Returns (the chosen candidate, its split, its iteration ms): the fastest, ties ordered as Python
+    ``total``). Returns (the chosen candidate, its split, its iteration ms): the fastest, ties ordered as Python
     orders (ms, partition, split) tuples; or (-m, ...) when a split needs graphs of m micro-batches that the
     bank does not hold."""
     best, best_split, best_ms = 0, even, np.inf
