@@ -239,7 +239,6 @@ class ObservationEncoder:
         self._link_ms_after = np.asarray(link_transfer_ms(costs.activation_bytes, planner.bandwidth_gbps),
                                          dtype=np.float64)  # one-way, if a stage ends after the layer
         self._memory_cap = np.inf if planner.memory_cap_bytes is None else float(planner.memory_cap_bytes)
-        self._inflight = planner.inflight.astype(np.float64)
         width = STAGE_FEATURES + history - 1
         self._boundary_base = s_max * width
         self._replica_base = self._boundary_base + BOUNDARY_FEATURES * (s_max - 1)
@@ -468,7 +467,7 @@ class ObservationEncoder:
                 max(stats.iteration_ms, 1e-9), float(stats.stall_s), current, float(planner.microbatches),
                 self.s_max, self.history, planner.num_layers, planner.ideal_stage_ms, planner.ideal_iteration_ms,
                 planner.layer_compute_ms, planner.prefix_compute_ms, planner.roundtrip_ms, planner.roundtrip_by_stage,
-                planner.costs.state_bytes, planner.costs.activation_bytes, self._inflight,
+                planner.costs.state_bytes, planner.costs.activation_bytes, planner.inflight_float,
                 self._memory_cap, *self._graph, self._prefix_fwd, self._prefix_bwd, self._link_ms_after,
                 planner.migration.overhead_s, planner.migration.bandwidth_gbps, self._one_layer_stall_s,
                 self._global_base)

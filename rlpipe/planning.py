@@ -57,7 +57,7 @@ class Planner:
         self.prefix_compute_ms = np.concatenate([[0.0], np.cumsum(self.layer_compute_ms)])
         self.roundtrip_ms = 2 * np.asarray(link_transfer_ms(profile.activation_bytes(), bandwidth_gbps))
         self.inflight = inflight_microbatches(num_stages, microbatches, schedule)
-        self._inflight_float = self.inflight.astype(np.float64)
+        self.inflight_float = self.inflight.astype(np.float64)  # as the compiled partitioner takes it
         self._plan_cache: dict[bytes, tuple[int, ...]] = {}  # keyed by the rounded slowdowns' bytes
         self._stall_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
         self.roundtrip_by_stage = np.tile(self.roundtrip_ms, (max(num_stages - 1, 1), 1))
@@ -91,7 +91,7 @@ class Planner:
     def _optimal(self, slowdown: np.ndarray) -> tuple[int, ...]:
         boundaries, _, feasible = bottleneck_dp(self.layer_compute_ms, self.roundtrip_by_stage, self.costs.state_bytes,
                                                  self.costs.activation_bytes, 1.0 / slowdown, self._memory_cap,
-                                                 self._inflight_float)
+                                                 self.inflight_float)
         if not feasible:
             raise StatsError(f"no partition into {self.num_stages} stages fits the memory cap")
         return tuple(boundaries.tolist())

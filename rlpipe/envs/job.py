@@ -192,10 +192,14 @@ class SimulatedJob:
         best = self._best_cache.get(row)
         if best is None:
             slowdown, links = self._conditions(row)
-            candidates = [self._optimal(slowdown.max(axis=0), links.min(axis=0)), self.ideal_boundaries]
+            # distinct partitions only: the first ones (for every stage's worst device, the launch plan) are tried
+            # with the even split too
+            candidates = list(dict.fromkeys([self._optimal(slowdown.max(axis=0), links.min(axis=0)),
+                                             self.ideal_boundaries]))
+            with_even = len(candidates)
             if self.replicas > 1:
                 slowest = int(np.argmax(slowdown.max(axis=1)))
-                candidates.append(self._optimal(slowdown[slowest], links[slowest]))
+                candidates = list(dict.fromkeys([*candidates, self._optimal(slowdown[slowest], links[slowest])]))
             # every option simulated in one compiled call (this runs at every change of conditions in training)
             parts = [self._partition(b) for b in candidates]
             fwd, bwd, link_ms = (np.array([part[k] for part in parts]) for k in range(3))
@@ -205,7 +209,7 @@ class SimulatedJob:
                 pick, split, iteration_ms = best_kernel(  # type: ignore[call-arg]
                     *self._bank(-pick), np.array(candidates, dtype=np.int64), fwd, bwd, link_ms, sync, slowdown,
                     links, self._equal_factors, float(self.overheads.op_ms), float(self.overheads.iteration_ms),
-                    np.asarray(self.even, dtype=np.int64), self.minimum, self._probe_microbatches,
+                    np.asarray(self.even, dtype=np.int64), with_even, self.minimum, self._probe_microbatches,
                     self.replicas * self.microbatches, self.replicas > 1)
             best = self._best_cache[row] = (candidates[pick], tuple(split.tolist()), iteration_ms)
         return best
@@ -390,19 +394,18 @@ def _precedes(ms, boundaries, split, best_ms, best_boundaries, best_split):  # p
 
 @njit(cache=True)
 def best_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, candidates, fwd_ms, bwd_ms,
-                link_ms, sync_ms, slowdown, links, factors, op_ms, iteration_overhead_ms, even, minimum, probe, total,
-                rebalance):  # pragma: no cover
+                link_ms, sync_ms, slowdown, links, factors, op_ms, iteration_overhead_ms, even, with_even, minimum,
+                probe, total, rebalance):  # pragma: no cover
     """The reference's choice among its options (:meth:`SimulatedJob.best`). Row c of ``candidates`` is a
-    partition, with its stages' and links' interference-free ``fwd_ms[c]``, ``bwd_ms[c]``, ``link_ms[c]`` and its
-    sync: the partition for every stage's worst device, the launch plan, and where ``rebalance`` (replicas) the
-    most slowed replica's own. Options: the first two with the ``even`` split; and where ``rebalance``, all
-    three with the split that best fits the replicas' true speeds (each replica's time taken as linear in its
-    micro-batches between ``minimum`` and ``probe`` of them, :func:`~rlpipe.split.greedy_split` sharing
-    ``total``). Returns (the chosen candidate, its split, its iteration ms): the fastest, ties ordered as Python
-    orders (ms, partition, split) tuples; or (-m, ...) when a split needs graphs of m micro-batches that the
-    bank does not hold."""
+    distinct partition, with its stages' and links' interference-free ``fwd_ms[c]``, ``bwd_ms[c]``,
+    ``link_ms[c]`` and its sync. Options: the first ``with_even`` candidates with the ``even`` split; and where
+    ``rebalance`` (replicas), every candidate with the split that best fits the replicas' true speeds (each
+    replica's time taken as linear in its micro-batches between ``minimum`` and ``probe`` of them,
+    :func:`~rlpipe.split.greedy_split` sharing ``total``). Returns (the chosen candidate, its split, its
+    iteration ms): the fastest, ties ordered as Python orders (ms, partition, split) tuples; or (-m, ...) when a
+    split needs graphs of m micro-batches that the bank does not hold."""
     best, best_split, best_ms = 0, even, np.inf
-    for c in range(candidates.shape[0] - (1 if rebalance else 0)):
+    for c in range(with_even):
         ms = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, even, fwd_ms[c],
                      bwd_ms[c], link_ms[c], sync_ms[c], slowdown, links, factors, op_ms, iteration_overhead_ms)[1]
         if _precedes(ms, candidates[c], even, best_ms, candidates[best], best_split):
