@@ -267,6 +267,7 @@ class ObservationEncoder:
         self.past_slowdowns: list[float] = []  # how long each ended slowdown lasted, iterations
         self._past_sorted: list[float] = []  # the same, shortest first
         self._past_median = 0.0
+        self._remaining: dict[tuple[float, int], float | None] = {}  # expected_remaining_iterations, until the next end
         self.latest: IntervalStats | None = None
         self.device_estimate = np.ones(devices)
         self._imbalance_age = 0.0  # imbalance_age_iterations
@@ -324,16 +325,21 @@ class ObservationEncoder:
     def noise_level(self) -> float:
         """The timer noise measured so far (lognormal sigma of one interval's loads): the larger of the
         change between intervals and the dispersion within them scaled to an interval's mean."""
-        iterations = self.latest.iterations if self.latest is not None else 1
-        between, within = self._state[2:4].tolist()
-        return max(between, within / math.sqrt(max(iterations, 1)))
+        return self._noise_levels()[0]
 
     @property
     def estimate_noise(self) -> float:
         """The noise of the slowdown estimates (what a predicted gain must clear): the timer noise over the
         square root of the intervals behind the least settled device's estimate (its steady mean since its
         last change)."""
-        return self.noise_level / math.sqrt(max(self._state[4], 1.0))
+        return self._noise_levels()[1]
+
+    def _noise_levels(self) -> tuple[float, float]:
+        """(noise_level, estimate_noise), as plain floats: the observation reads both at every step."""
+        iterations = self.latest.iterations if self.latest is not None else 1
+        between, within, settled_intervals = self._state[2:5].tolist()
+        level = max(between, within / math.sqrt(max(iterations, 1)))
+        return level, level / math.sqrt(max(settled_intervals, 1.0))
 
     @property
     def transient(self) -> bool:
@@ -343,8 +349,9 @@ class ObservationEncoder:
         cv = None if self.latest is None else self.latest.compute_cv
         if cv is None or len(cv) == 0:
             return False
-        slowest = int(np.argmax(self.slowdown_estimate))
-        return float(cv[slowest]) > max(TRANSIENT_DISPERSION * self._state[3], TRANSIENT_FLOOR)
+        estimate = self.slowdown_estimate.tolist()  # plain floats: this runs at every step of training
+        slowest = estimate.index(max(estimate))  # the first of equals, as np.argmax
+        return float(cv[slowest]) > max(TRANSIENT_DISPERSION * float(self._state[3]), TRANSIENT_FLOOR)
 
     @property
     def dispersion(self) -> float:
@@ -380,6 +387,12 @@ class ObservationEncoder:
         paid a re-plan's stall near the pause's end, and another on the way back (``seqlen``: 3 to 17
         repartitions an hour for ``threshold``, 0.7 or fewer with this judgement)."""
         age = max(age_iterations, 1)
+        key = (age, min_seen)
+        if key not in self._remaining:  # the three levers' counts ask at the same age, and so do the rules
+            self._remaining[key] = self._remaining_iterations(age, min_seen)
+        return self._remaining[key]
+
+    def _remaining_iterations(self, age: float, min_seen: int) -> float | None:
         longer = self._past_sorted[bisect.bisect_right(self._past_sorted, age):]
         if len(longer) >= min_seen:
             return sum(longer) / len(longer) - age
@@ -448,15 +461,16 @@ class ObservationEncoder:
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
             self._past_sorted = sorted(self.past_slowdowns)
             self._past_median = statistics.median(self._past_sorted)
+            self._remaining = {}
         else:
             self.imbalance_moved = False
         by_device = self.device_estimate.reshape(replicas, num_stages)
         if replicas == 1:  # a stage group of one: its most loaded member is the device itself
             self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
         else:
-            self.slowdown_estimate = by_device.max(axis=0)
-            history = self._loads.reshape(self.history, replicas, num_stages).max(axis=1)
-            elevated = self.elevated_iterations.reshape(replicas, num_stages).max(axis=0)
+            self.slowdown_estimate, history, elevated = _stage_groups(
+                by_device, self._loads.reshape(self.history, replicas, num_stages),
+                self.elevated_iterations.reshape(replicas, num_stages))
         observation = np.zeros(self.size)
         replan = np.empty(num_stages, dtype=np.int64)
         figures = np.zeros(3)
@@ -537,7 +551,8 @@ class ObservationEncoder:
         targets, split = self.targets, self.split
         # plain floats: this runs at every step of training, where numpy scalars cost several times as much
         now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures.tolist()
-        noise, transient = self.estimate_noise, self.transient
+        noise_level, noise = self._noise_levels()
+        transient = self.transient
         running = (tuple(stats.boundaries), split)
         if self._running is not None and running != self._running:  # the job changed: the escalation starts again
             self.rebalance_lost_time.reset()
@@ -556,7 +571,7 @@ class ObservationEncoder:
         observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
         observation[g + G.REPLAN_COST] = replan_stall / unit_s
         observation[g + G.DISPERSION] = self._state[3]
-        observation[g + G.NOISE] = self.noise_level
+        observation[g + G.NOISE] = noise_level
         observation[g + G.HELD] = math.log1p(replan_count.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
         if self.past_slowdowns:
             observation[g + G.PAST_COUNT] = math.log1p(len(self.past_slowdowns)) / math.log1p(PAST_SLOWDOWNS)
@@ -755,6 +770,21 @@ def _stall_s(state_bytes, old, new, num_layers, overhead_s, bandwidth_gbps):  # 
     if moved == 0.0:
         return 0.0
     return overhead_s + moved * 8e-6 / bandwidth_gbps / 1e3
+
+
+@njit(cache=True)
+def _stage_groups(device_estimate, loads, elevated):  # pragma: no cover
+    """Per stage, its stage group's most loaded device: the (D, S) ``device_estimate``'s maximum over the
+    replicas, the (history, D, S) ``loads``' in every row, and the (D, S) ``elevated`` iterations'."""
+    history, replicas, stages = loads.shape
+    estimate, loaded, longest = device_estimate[0].copy(), loads[:, 0, :].copy(), elevated[0].copy()
+    for r in range(1, replicas):
+        for s in range(stages):
+            estimate[s] = max(estimate[s], device_estimate[r, s])
+            longest[s] = max(longest[s], elevated[r, s])
+            for row in range(history):
+                loaded[row, s] = max(loaded[row, s], loads[row, r, s])
+    return estimate, loaded, longest
 
 
 @njit(cache=True)

@@ -76,7 +76,7 @@ class Planner:
     def plan(self, slowdown: np.ndarray, current: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """The partition minimising the bottleneck for ``slowdown``; ``current`` when it is as good."""
         # Estimates are rounded to 0.1% so that repeated conditions reuse a plan.
-        rounded = np.round(np.asarray(slowdown, dtype=np.float64), 3)
+        rounded = np.asarray(slowdown, dtype=np.float64).round(3)
         key = rounded.tobytes()
         boundaries = self._plan_cache.get(key)
         if boundaries is None:

@@ -94,6 +94,8 @@ class SimulatedJob:
         self._probe_microbatches = max(microbatches, self.minimum + 1)  # where best() times a replica
         self._most_microbatches = self._probe_microbatches  # graphs held in the bank at least (it grows as needed)
         self._best_cache: dict[int, tuple[tuple[int, ...], tuple[int, ...], float]] = {}
+        self._options_cache: dict[tuple[tuple[int, ...], ...], tuple[np.ndarray, ...]] = {}
+        self._roundtrip_cache: dict[bytes, np.ndarray] = {}
         self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # --- one iteration ------------------------------------------------------------------------
@@ -175,10 +177,14 @@ class SimulatedJob:
 
     def _optimal(self, slowdown: np.ndarray, links: np.ndarray) -> tuple[int, ...]:
         """The bottleneck-optimal partition for one pipeline's true slowdowns and link factors."""
-        if self.num_stages > 1:
-            roundtrip = 2 * (self._activation_bits[None, :] / (self.bandwidth_gbps * links)[:, None])
-        else:
-            roundtrip = np.zeros((1, self.costs.num_layers))
+        key = links.tobytes()  # most rows leave every link at full bandwidth
+        roundtrip = self._roundtrip_cache.get(key)
+        if roundtrip is None:
+            if self.num_stages > 1:
+                roundtrip = 2 * (self._activation_bits[None, :] / (self.bandwidth_gbps * links)[:, None])
+            else:
+                roundtrip = np.zeros((1, self.costs.num_layers))
+            self._roundtrip_cache[key] = roundtrip
         found, _, _ = bottleneck_dp(self._layer_compute, roundtrip, self.costs.state_bytes,
                                     self.costs.activation_bytes, 1.0 / slowdown, np.inf, self._one_inflight)
         return tuple(found.tolist())
@@ -192,27 +198,33 @@ class SimulatedJob:
         best = self._best_cache.get(row)
         if best is None:
             slowdown, links = self._conditions(row)
+            worst, narrowest, slowest = _worst_devices(slowdown, links)
             # distinct partitions only: the first ones (for every stage's worst device, the launch plan) are tried
             # with the even split too
-            candidates = list(dict.fromkeys([self._optimal(slowdown.max(axis=0), links.min(axis=0)),
-                                             self.ideal_boundaries]))
+            candidates = list(dict.fromkeys([self._optimal(worst, narrowest), self.ideal_boundaries]))
             with_even = len(candidates)
             if self.replicas > 1:
-                slowest = int(np.argmax(slowdown.max(axis=1)))
                 candidates = list(dict.fromkeys([*candidates, self._optimal(slowdown[slowest], links[slowest])]))
             # every option simulated in one compiled call (this runs at every change of conditions in training)
-            parts = [self._partition(b) for b in candidates]
-            fwd, bwd, link_ms = (np.array([part[k] for part in parts]) for k in range(3))
-            sync = np.array([max(part[3].tolist()) if self.replicas > 1 else 0.0 for part in parts])
             pick = -self._most_microbatches
             while pick < 0:  # a balanced split wanted more micro-batches than the graph bank held: grow it
                 pick, split, iteration_ms = best_kernel(  # type: ignore[call-arg]
-                    *self._bank(-pick), np.array(candidates, dtype=np.int64), fwd, bwd, link_ms, sync, slowdown,
-                    links, self._equal_factors, float(self.overheads.op_ms), float(self.overheads.iteration_ms),
+                    *self._bank(-pick), *self._options(tuple(candidates)), slowdown, links, self._equal_factors, float(self.overheads.op_ms), float(self.overheads.iteration_ms),
                     np.asarray(self.even, dtype=np.int64), with_even, self.minimum, self._probe_microbatches,
                     self.replicas * self.microbatches, self.replicas > 1)
             best = self._best_cache[row] = (candidates[pick], tuple(split.tolist()), iteration_ms)
         return best
+
+    def _options(self, candidates: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, ...]:
+        """The reference's candidate partitions as :func:`best_kernel` takes them: one row each, with their
+        stages' and links' interference-free ms and their sync ms (cached: the same few recur)."""
+        found = self._options_cache.get(candidates)
+        if found is None:
+            parts = [self._partition(b) for b in candidates]
+            fwd, bwd, link_ms = (np.array([part[k] for part in parts]) for k in range(3))
+            sync = np.array([max(part[3].tolist()) if self.replicas > 1 else 0.0 for part in parts])
+            found = self._options_cache[candidates] = (np.array(candidates, dtype=np.int64), fwd, bwd, link_ms, sync)
+        return found
 
     # --- an interval ----------------------------------------------------------------------------
 
@@ -376,6 +388,22 @@ def _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_sta
                                  bank_starts[split + 1], split, fwd_ms, bwd_ms, link_ms, slowdown, links, factors,
                                  op_ms, iteration_overhead_ms)[0]
     return pipeline, pipeline.max() + sync_ms
+
+
+@njit(cache=True)
+def _worst_devices(slowdown, links):  # pragma: no cover
+    """Of (D, S) ``slowdown`` and (D, S - 1) ``links``: every stage's worst slowdown and every link's lowest
+    bandwidth factor over the replicas, and the most slowed replica (the first of equals, as ``np.argmax``)."""
+    worst, narrowest = slowdown[0].copy(), links[0].copy()
+    slowest, slowest_worst = 0, slowdown[0].max()
+    for r in range(1, slowdown.shape[0]):
+        for s in range(slowdown.shape[1]):
+            worst[s] = max(worst[s], slowdown[r, s])
+        for s in range(links.shape[1]):
+            narrowest[s] = min(narrowest[s], links[r, s])
+        if slowdown[r].max() > slowest_worst:
+            slowest, slowest_worst = r, slowdown[r].max()
+    return worst, narrowest, slowest
 
 
 @njit(cache=True)
