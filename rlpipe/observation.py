@@ -246,7 +246,7 @@ class ObservationEncoder:
         # the replicas' slots, one row each (:meth:`_levers` fills them through a view)
         self._replica_block = slice(self._replica_base,
                                     self._replica_base + (REPLICA_FEATURES + s_max) * planner.replicas)
-        self._sync_cache: dict[tuple[int, ...], float] = {}
+        self._candidates_cache: dict[tuple[tuple[int, ...], ...], tuple[np.ndarray, np.ndarray]] = {}
         self.reset()
 
     @staticmethod
@@ -504,14 +504,12 @@ class ObservationEncoder:
             return Targets(replan, split, (replan, split), np.array([now_ms, replan_ms, now_ms, replan_ms,
                                                                      replan_stall, 0.0, replan_stall]))
         links = self.link_estimate
-        replica_worst = by_device.max(axis=1)  # each replica's slowest device
-        slowest = int(np.argmax(replica_worst))  # the first of equals, as a stable sort would put it
+        replica_worst, slowest = _replica_worst(by_device)
         candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest])]))
-        sync = np.array([self._sync_ms(c) for c in candidates])
         split_counts = np.asarray(split, dtype=np.float64)
         with_split, balanced, with_balanced, replica_ms = _lever_kernel(
-            planner.prefix_compute_ms, planner.roundtrip_ms, np.array(candidates, dtype=np.int64), by_device, links,
-            split_counts, planner.num_layers, planner.replicas * planner.microbatches, planner.minimum, sync)
+            planner.prefix_compute_ms, planner.roundtrip_ms, *self._candidates(tuple(candidates)), by_device, links,
+            split_counts, planner.num_layers, planner.replicas * planner.microbatches, planner.minimum)
         # plain floats and tuples from here: this runs at every step of training
         with_split_ms, with_balanced_ms = with_split.tolist(), with_balanced.tolist()
         balanced_splits = balanced.tolist()
@@ -527,23 +525,21 @@ class ObservationEncoder:
         replan_stall = planner.stall_s(current, best_replan)
         rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
         both_stall = planner.change_stall_s((current, split), (both, both_split), iteration_ms)
-        replicas = observation[self._replica_block].reshape(planner.replicas, REPLICA_FEATURES + self.s_max)
-        replicas[:, 0] = 1.0
-        replicas[:, 1] = split_counts / planner.microbatches - 1.0
-        replicas[:, 2] = replica_worst - 1.0
-        # np.mean's own sum (the same reduction, bit for bit) without its Python wrapper: this runs every step
-        replicas[:, 3] = replica_ms / (np.add.reduce(replica_ms) / planner.replicas) - 1.0
-        replicas[:, REPLICA_FEATURES:REPLICA_FEATURES + planner.num_stages] = by_device - 1.0
+        # the mean as np.mean sums (pairwise: bit for bit), without its Python wrapper: this runs every step
+        _fill_replicas(observation[self._replica_block].reshape(planner.replicas, REPLICA_FEATURES + self.s_max),
+                       split_counts / planner.microbatches, replica_worst, replica_ms,
+                       np.add.reduce(replica_ms) / planner.replicas, by_device)
         return Targets(best_replan, rebalanced, (both, both_split),
                        np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
 
-    def _sync_ms(self, boundaries: tuple[int, ...]) -> float:
-        """The slowest stage group's gradient sync with ``boundaries``, ms (cached)."""
-        found = self._sync_cache.get(boundaries)
+    def _candidates(self, candidates: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The levers' candidate partitions as :func:`_lever_kernel` takes them, one row each, and each one's
+        slowest stage group's gradient sync, ms (cached: the same few recur from one interval to the next)."""
+        found = self._candidates_cache.get(candidates)
         if found is None:
             planner = self.planner
-            found = self._sync_cache[boundaries] = float(
-                planner.costs.sync_ms(boundaries, planner.replicas, planner.bandwidth_gbps).max())
+            sync = [float(planner.costs.sync_ms(c, planner.replicas, planner.bandwidth_gbps).max()) for c in candidates]
+            found = self._candidates_cache[candidates] = (np.array(candidates, dtype=np.int64), np.array(sync))
         return found
 
     def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats) -> None:
@@ -704,8 +700,8 @@ def _replica_shape(prefix, roundtrip, boundaries, by_device, link_factor, num_la
 
 
 @njit(cache=True)
-def _lever_kernel(prefix, roundtrip, candidates, by_device, link_factor, split, num_layers, total, minimum,
-                  sync):  # pragma: no cover
+def _lever_kernel(prefix, roundtrip, candidates, sync, by_device, link_factor, split, num_layers, total,
+                  minimum):  # pragma: no cover
     """For each candidate partition (row 0: the current one): the job's predicted iteration time with the
     current ``split``, the split that best fits the replicas' estimated speeds, the time with it (ms),
     and each replica's pipeline time now. A replica's pipeline is its fill plus one bottleneck per further
@@ -770,6 +766,30 @@ def _stall_s(state_bytes, old, new, num_layers, overhead_s, bandwidth_gbps):  # 
     if moved == 0.0:
         return 0.0
     return overhead_s + moved * 8e-6 / bandwidth_gbps / 1e3
+
+
+@njit(cache=True)
+def _replica_worst(by_device):  # pragma: no cover
+    """Each replica's most loaded device's load, and the replica with the most loaded (the first of equals,
+    as ``np.argmax``)."""
+    worst = np.empty(by_device.shape[0])
+    for r in range(by_device.shape[0]):
+        worst[r] = by_device[r].max()
+    return worst, int(np.argmax(worst))
+
+
+@njit(cache=True)
+def _fill_replicas(slots, split_share, replica_worst, replica_ms, mean_ms, by_device):  # pragma: no cover
+    """The replicas' slots of the observation, a row each: present (1), the micro-batch split over the even
+    one, the most loaded device, the pipeline time over the replicas' mean ``mean_ms``, every device's load
+    (each less 1)."""
+    for r in range(slots.shape[0]):
+        slots[r, 0] = 1.0
+        slots[r, 1] = split_share[r] - 1.0
+        slots[r, 2] = replica_worst[r] - 1.0
+        slots[r, 3] = replica_ms[r] / mean_ms - 1.0
+        for s in range(by_device.shape[1]):
+            slots[r, REPLICA_FEATURES + s] = by_device[r, s] - 1.0
 
 
 @njit(cache=True)
