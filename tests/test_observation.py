@@ -2,7 +2,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import rlpipe.observation as observation_module
 from rlpipe.observation import (
     BOTH,
     BOUNDARY_FEATURES,
@@ -295,3 +298,31 @@ def test_a_congested_link_is_seen_through_communication_wait():
     bound = uncongested[nominal._boundary_base:nominal._boundary_base + BOUNDARY_FEATURES * 7].reshape(7, -1)[:, 3]
     assert links[1, 3] == pytest.approx(8 * bound[1], rel=0.01) and links[0, 3] == pytest.approx(bound[0])
     assert global_feature(encoder, observation, G.COMM_BOUND) == pytest.approx(links[:, 3].max())
+
+
+@settings(max_examples=60, deadline=None)
+@given(replicas=st.integers(1, 8), stages=st.integers(1, 8), history=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+def test_the_replicas_compiled_figures_are_numpys(replicas, stages, history, seed):
+    """The observation's compiled per-replica figures equal the numpy expressions they replace, bit for bit,
+    ties included (loads drawn from a few values, so equal maxima are common)."""
+    rng = np.random.default_rng(seed)
+    by_device = rng.choice([1.0, 1.25, 2.0], size=(replicas, stages))
+    loads = rng.choice([1.0, 1.25, 2.0], size=(history, replicas, stages))
+    elevated = rng.choice([0.0, 10.0, 30.0], size=(replicas, stages))
+    estimate, loaded, longest = observation_module._stage_groups(by_device, loads, elevated)
+    np.testing.assert_array_equal(estimate, by_device.max(axis=0))
+    np.testing.assert_array_equal(loaded, loads.max(axis=1))
+    np.testing.assert_array_equal(longest, elevated.max(axis=0))
+
+    worst, slowest = observation_module._replica_worst(by_device)
+    np.testing.assert_array_equal(worst, by_device.max(axis=1))
+    assert slowest == int(np.argmax(by_device.max(axis=1)))
+
+    share, replica_ms = rng.integers(1, 9, replicas) / 4, rng.random(replicas) + 0.5
+    slots = np.full((replicas, REPLICA_FEATURES + 8), np.nan)
+    observation_module._fill_replicas(slots, share, worst, replica_ms, np.add.reduce(replica_ms) / replicas, by_device)
+    expected = np.full_like(slots, np.nan)
+    expected[:, 0], expected[:, 1], expected[:, 2] = 1.0, share - 1.0, worst - 1.0
+    expected[:, 3] = replica_ms / np.mean(replica_ms) - 1.0
+    expected[:, REPLICA_FEATURES:REPLICA_FEATURES + stages] = by_device - 1.0
+    np.testing.assert_array_equal(slots, expected)

@@ -97,6 +97,8 @@ class SimulatedJob:
         self._options_cache: dict[tuple[tuple[int, ...], ...], tuple[np.ndarray, ...]] = {}
         self._roundtrip_cache: dict[bytes, np.ndarray] = {}
         self._conditions_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._same_row: dict[int, int] = {}  # _same_conditions: a row -> the first row seen with its conditions
+        self._row_by_conditions: dict[tuple[bytes, bytes, float], int] = {}
 
     # --- one iteration ------------------------------------------------------------------------
 
@@ -109,6 +111,17 @@ class SimulatedJob:
             links = self.costs.link_ms(boundaries, self.bandwidth_gbps) if len(boundaries) > 1 else np.zeros(1)
             sync = self.costs.sync_ms(boundaries, self.replicas, self.bandwidth_gbps)
             found = self._partition_cache[boundaries] = (fwd, bwd, links, sync)
+        return found
+
+    def _same_conditions(self, row: int) -> int:
+        """The first row met with row ``row``'s conditions (slowdowns, link factors, micro-batch spread), whose
+        cached results it shares: a burst that ends returns to the conditions before it, and every result
+        here is a function of the conditions alone."""
+        found = self._same_row.get(row)
+        if found is None:
+            trace = self.trace
+            conditions = (trace.slowdown[row].tobytes(), trace.link_factor[row].tobytes(), trace.spread_at_row(row))
+            found = self._same_row[row] = self._row_by_conditions.setdefault(conditions, row)
         return found
 
     def _conditions(self, row: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +144,7 @@ class SimulatedJob:
     def timing(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int, pattern: int = -1) -> JobTiming:
         """One iteration of ``boundaries`` and ``split`` under trace row ``row`` (and micro-batch pattern
         ``pattern``; -1: equal micro-batches), cached."""
+        row = self._same_conditions(row)
         key = (boundaries, split, row, pattern)
         timing = self._timing_cache.get(key)
         if timing is None:
@@ -195,6 +209,7 @@ class SimulatedJob:
         one if that simulates faster; for replicas, also each of the most slowed replicas' own optimum and
         the partition optimal for every stage's worst device, each with its balanced split (and the even
         one)."""
+        row = self._same_conditions(row)
         best = self._best_cache.get(row)
         if best is None:
             slowdown, links = self._conditions(row)
@@ -209,7 +224,8 @@ class SimulatedJob:
             pick = -self._most_microbatches
             while pick < 0:  # a balanced split wanted more micro-batches than the graph bank held: grow it
                 pick, split, iteration_ms = best_kernel(  # type: ignore[call-arg]
-                    *self._bank(-pick), *self._options(tuple(candidates)), slowdown, links, self._equal_factors, float(self.overheads.op_ms), float(self.overheads.iteration_ms),
+                    *self._bank(-pick), *self._options(tuple(candidates)), slowdown, links, self._equal_factors,
+                    float(self.overheads.op_ms), float(self.overheads.iteration_ms),
                     np.asarray(self.even, dtype=np.int64), with_even, self.minimum, self._probe_microbatches,
                     self.replicas * self.microbatches, self.replicas > 1)
             best = self._best_cache[row] = (candidates[pick], tuple(split.tolist()), iteration_ms)
@@ -232,6 +248,7 @@ class SimulatedJob:
         """An iteration under row ``row`` as a stretch of iterations sees it: its mean time, communication,
         idle and sync over the micro-batch patterns (where micro-batches are unequal), and every pattern's
         compute, ``(patterns, D, S)`` (cached)."""
+        row = self._same_conditions(row)
         key = (boundaries, split, row, "stretch")
         found = self._timing_cache.get(key)
         if found is None:

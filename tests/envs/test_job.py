@@ -113,3 +113,28 @@ def test_the_reference_breaks_ties_as_python_orders_its_options(plan, best):
     as_arrays = [(ms, np.array(b, dtype=np.int64), np.array(s, dtype=np.int64)) for ms, b, s in (plan, best)]
     expected = (plan[0], tuple(plan[1]), tuple(plan[2])) < (best[0], tuple(best[1]), tuple(best[2]))
     assert job_module._precedes(*as_arrays[0], *as_arrays[1]) == expected
+
+
+def test_rows_of_equal_conditions_share_their_results_and_no_others_do():
+    """A burst that ends returns to the conditions before it (rows 0 and 2): row 2 reuses row 0's results,
+    which equal what a job that never met row 0 computes for row 2; a row that differs only in its
+    micro-batch spread (row 3) is computed anew."""
+    calm, burst = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0]), np.array([1.0, 3.0, 1.0, 1.0, 1.0, 1.0])
+    costs = PipelineCosts(make_profile([1.0, 3.0, 2.0, 2.5, 1.5, 4.0, 1.0, 2.0, 3.0], activation_bytes=[40_000] * 9))
+
+    def job() -> SimulatedJob:
+        trace = InterferenceTrace(np.array([0.0, 10.0, 20.0, 30.0]), np.stack([calm, burst, calm, calm]),
+                                  np.ones((4, 5)), 60.0, microbatch_spread=np.array([1.3, 1.3, 1.3, 1.0]))
+        return SimulatedJob(costs, trace, 2, 3, 4, "1f1b", BANDWIDTH_GBPS, Overheads(), (0, 3, 6),
+                            np.random.default_rng(0))
+
+    shared, fresh = job(), job()
+    plan = ((0, 2, 5), (5, 3))
+    for row in range(4):  # as an episode meets them
+        shared.best(row), shared.stretch(*plan, row)
+    assert shared.best(2) is shared.best(0) and shared.stretch(*plan, 2) is shared.stretch(*plan, 0)
+    assert shared.stretch(*plan, 3) is not shared.stretch(*plan, 0)
+    for row in (2, 3, 1):  # the fresh job meets rows 2 and 3 first
+        assert shared.best(row) == fresh.best(row)
+        assert shared.stretch(*plan, row).iteration_ms == fresh.stretch(*plan, row).iteration_ms
+        np.testing.assert_array_equal(shared.stretch(*plan, row).compute_ms, fresh.stretch(*plan, row).compute_ms)
