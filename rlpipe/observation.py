@@ -267,7 +267,7 @@ class ObservationEncoder:
         self.past_slowdowns: list[float] = []  # how long each ended slowdown lasted, iterations
         self._past_sorted: list[float] = []  # the same, shortest first
         self._past_median = 0.0
-        self._remaining: dict[tuple[float, int], float | None] = {}  # expected_remaining_iterations, until the next end
+        self._remaining: dict[tuple[float, int], float | None] = {}  # expected_remaining_iterations this interval
         self.latest: IntervalStats | None = None
         self.device_estimate = np.ones(devices)
         self._imbalance_age = 0.0  # imbalance_age_iterations
@@ -461,9 +461,9 @@ class ObservationEncoder:
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
             self._past_sorted = sorted(self.past_slowdowns)
             self._past_median = statistics.median(self._past_sorted)
-            self._remaining = {}
         else:
             self.imbalance_moved = False
+        self._remaining = {}  # (a live run may see no slowdown end for days: this holds one interval's asks)
         by_device = self.device_estimate.reshape(replicas, num_stages)
         if replicas == 1:  # a stage group of one: its most loaded member is the device itself
             self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
@@ -537,6 +537,8 @@ class ObservationEncoder:
         slowest stage group's gradient sync, ms (cached: the same few recur from one interval to the next)."""
         found = self._candidates_cache.get(candidates)
         if found is None:
+            if len(self._candidates_cache) > 4096:  # a live run goes on for days
+                self._candidates_cache.clear()
             planner = self.planner
             sync = [float(planner.costs.sync_ms(c, planner.replicas, planner.bandwidth_gbps).max()) for c in candidates]
             found = self._candidates_cache[candidates] = (np.array(candidates, dtype=np.int64), np.array(sync))
