@@ -90,6 +90,7 @@ class SimulatedJob:
         self._one_inflight = np.ones(num_stages)  # the reference plans without a memory cap
         self._partition_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._timing_cache: dict[tuple, JobTiming] = {}
+        self._reference_cache: dict[tuple[tuple[int, ...], tuple[int, ...], int], float] = {}
         self._graph_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
         self._probe_microbatches = max(microbatches, self.minimum + 1)  # where best() times a replica
         self._most_microbatches = self._probe_microbatches  # graphs held in the bank at least (it grows as needed)
@@ -317,12 +318,16 @@ class SimulatedJob:
     def reference_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
         """The reference iteration time under row ``row``: the best for the true conditions or the plan in
         use, whichever is faster. Where micro-batches are unequal, the best is taken to suffer what the
-        plan in use suffers from them (every partition meets the same micro-batches)."""
-        current = self.mean_ms(boundaries, split, row)
-        best = self.best(row)[2]
-        if self.unequal and self.trace.spread_at_row(row) > 1.0:
-            best *= current / self.timing(boundaries, split, row).iteration_ms
-        return min(best, current)
+        plan in use suffers from them (every partition meets the same micro-batches). Cached: every step asks."""
+        key = (boundaries, split, self._same_conditions(row))
+        found = self._reference_cache.get(key)
+        if found is None:
+            current = self.mean_ms(boundaries, split, row)
+            best = self.best(row)[2]
+            if self.unequal and self.trace.spread_at_row(row) > 1.0:
+                best *= current / self.timing(boundaries, split, row).iteration_ms
+            found = self._reference_cache[key] = min(best, current)
+        return found
 
 
 def _mean(values: list) -> Any:

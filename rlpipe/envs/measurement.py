@@ -95,6 +95,13 @@ class MeasurementModel:
         spread = self.sigma * math.sqrt(iterations)
         return np.exp(rng.normal(-spread * spread / 2, spread, size=(iterations, *shape)))
 
+    def interval_factors(self, rng: np.random.Generator, stage_bias: np.ndarray) -> np.ndarray:
+        """Each device's factor on one interval's compute readings: its outlier factor times its persistent
+        ``stage_bias`` (the bias itself, not a copy, where the model has no outliers: nothing to draw)."""
+        if self.outlier_probability <= 0:
+            return stage_bias
+        return self.outliers(rng, stage_bias.shape) * stage_bias
+
     def outliers(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         """Each measurement's outlier factor for one interval (1: none)."""
         if self.outlier_probability <= 0:

@@ -162,7 +162,7 @@ class RepartitionEnv(gym.Env):
         shape = interval.comm_ms.shape
         layers, memory, ideal_compute = self._partition_constants(self.boundaries)
         measured = measure_kernel(interval.compute_ms, s.measurement.iteration_noise(rng, k, shape),
-                                  s.measurement.outliers(rng, shape) * s.stage_bias, interval.comm_ms,
+                                  s.measurement.interval_factors(rng, s.stage_bias), interval.comm_ms,
                                   interval.idle_ms, s.measurement.noise(rng, (2, *shape)), ideal_compute)
         compute, comm, idle, load, cv, loads = measured
         return IntervalStats(self.iteration, k, interval.end_s - start_s, stall_s, self.boundaries, compute, comm,

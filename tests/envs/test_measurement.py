@@ -71,3 +71,11 @@ def test_the_compiled_outlier_factors_are_numpys_elementwise_choice():
         draw, stretch = rng.random(shape), rng.uniform(0.5, 1.5, shape)
         expected = np.where(draw < 0.3, 1.0 + 0.7 * stretch, 1.0)
         np.testing.assert_array_equal(outlier_factors(draw, stretch, 0.3, 0.7), expected)
+
+
+@pytest.mark.parametrize("model", [MeasurementModel(sigma=0.03), MeasurementModel(outlier_probability=0.3)])
+def test_an_intervals_factors_are_its_outliers_times_the_bias_from_the_same_draws(model):
+    bias = np.array([[1.0, 1.1, 0.9], [1.05, 1.0, 0.95]])
+    drawn, expected = np.random.default_rng(3), np.random.default_rng(3)
+    np.testing.assert_array_equal(model.interval_factors(drawn, bias), model.outliers(expected, bias.shape) * bias)
+    assert drawn.random() == expected.random()  # as many numbers drawn (none without outliers)
