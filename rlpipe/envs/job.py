@@ -423,8 +423,9 @@ def _worst_devices(slowdown, links):  # pragma: no cover
             worst[s] = max(worst[s], slowdown[r, s])
         for s in range(links.shape[1]):
             narrowest[s] = min(narrowest[s], links[r, s])
-        if slowdown[r].max() > slowest_worst:
-            slowest, slowest_worst = r, slowdown[r].max()
+        replica_worst = slowdown[r].max()
+        if replica_worst > slowest_worst:
+            slowest, slowest_worst = r, replica_worst
     return worst, narrowest, slowest
 
 
