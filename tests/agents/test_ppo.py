@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from rlpipe.agents import DecisionContext, make_policy
 from rlpipe.agents.artifact import load_artifact
@@ -15,6 +16,7 @@ from rlpipe.agents.ppo import (
     SHORTEST_SCORING_S,
     EfficiencyEvalCallback,
     TrainConfig,
+    _without_distribution_checks,
     beats_beyond_noise,
     imitation_budget,
     train,
@@ -184,3 +186,18 @@ def test_a_short_run_imitates_warms_up_and_is_scored_in_proportion(tmp_path):
     assert full.env.config.duration_s == shipped.eval_duration_s and len(full.episodes) == shipped.eval_episodes
     scenarios = shipped.env_kwargs["scenarios"]
     assert [scenario for scenario, _ in full.episodes] == [scenarios[i % len(scenarios)] for i in range(22)]
+
+
+def test_distribution_checks_are_off_while_training_and_back_after_even_on_failure():
+    """Training builds its categoricals unchecked (a twentieth of a rollout's time); the process's default
+    comes back afterwards, also when training fails."""
+    checking = torch.distributions.Distribution._validate_args
+    logits = torch.tensor([[0.0, float("nan")]])
+    with pytest.raises(RuntimeError), _without_distribution_checks():
+        torch.distributions.Categorical(logits=logits)  # unchecked: built without complaint
+        assert not torch.distributions.Distribution._validate_args
+        raise RuntimeError("training failed")
+    assert torch.distributions.Distribution._validate_args == checking
+    if checking:  # the default (python without -O) checks again: the same logits are refused
+        with pytest.raises(ValueError):
+            torch.distributions.Categorical(logits=logits)
