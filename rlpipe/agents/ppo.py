@@ -227,7 +227,9 @@ def _make_vec_env(config: TrainConfig, n_envs: int, seed: int) -> VecEnv:
     """``n_envs`` seeded training environments, stepped in this process or in ``vec_workers`` others
     (``vec_env``)."""
     env_kwargs = _env_kwargs(config)
-    makers: list[Callable[[], gym.Env]] = [lambda: Monitor(RepartitionEnv(**env_kwargs)) for _ in range(n_envs)]
+    # PPO reads no step's details (the info that evaluation reads), and the vectorised environment copies them
+    makers: list[Callable[[], gym.Env]] = [lambda: Monitor(RepartitionEnv(**env_kwargs, step_info=False))
+                                           for _ in range(n_envs)]
     # forked, the processes start with everything imported (the environments never use torch)
     vec = DummyVecEnv(makers) if config.vec_env == "dummy" else ShardedVecEnv(makers, config.vec_workers or n_envs)
     vec.seed(seed)

@@ -27,19 +27,21 @@ def test_passes_gymnasium_and_sb3_checks():
 
 
 def test_reset_seed_reproduces_an_episode_exactly():
-    def rollout(seed):
-        env = RepartitionEnv(duration_s=600)
+    def rollout(seed, step_info=True):
+        env = RepartitionEnv(duration_s=600, step_info=step_info)
         obs, _ = env.reset(seed=seed)
         trajectory, rng = [obs], np.random.default_rng(0)
         done = False
         while not done:
             action = rng.choice(np.flatnonzero(env.action_masks()))
-            obs, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert bool(info) == step_info  # training's environments step without the details
             trajectory += [obs, np.array([reward])]
             done = terminated or truncated
         return np.concatenate(trajectory)
 
     assert np.array_equal(rollout(5), rollout(5))
+    assert np.array_equal(rollout(5), rollout(5, step_info=False))
     assert not np.array_equal(rollout(5)[:50], rollout(6)[:50])
 
 
