@@ -112,7 +112,7 @@ def ppo_ceiling_steps_per_s(timesteps: int = 65_536) -> float:
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from rlpipe.agents.ppo import PPO_KEYS, _env_kwargs, _without_distribution_checks
+    from rlpipe.agents.ppo import PPO_KEYS, _env_kwargs, without_distribution_checks
 
     config = shipped_config()
     real = RepartitionEnv(**_env_kwargs(config))
@@ -137,7 +137,7 @@ def ppo_ceiling_steps_per_s(timesteps: int = 65_536) -> float:
     hyper = {key: getattr(config, key) for key in PPO_KEYS if key != "learning_rate"}
     model = MaskablePPO("MlpPolicy", envs, seed=0, policy_kwargs=dict(config.policy_kwargs), **hyper)
     start = time.perf_counter()
-    with _without_distribution_checks():  # as training runs
+    with without_distribution_checks():  # as training runs
         model.learn(total_timesteps=timesteps)
     return timesteps / (time.perf_counter() - start)
 

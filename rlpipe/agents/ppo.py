@@ -342,7 +342,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     assert isinstance(scorer, EfficiencyEvalCallback)
     times = PhaseTimes()
     try:
-        with _without_distribution_checks():
+        with without_distribution_checks():
             _learn(model, config, out, progress, callbacks, scorer, times)
     finally:  # an interrupted run keeps what it learned, and says how long each phase took
         model.save(out / "final_model.zip")
@@ -366,7 +366,7 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
 
 
 @contextmanager
-def _without_distribution_checks() -> Iterator[None]:
+def without_distribution_checks() -> Iterator[None]:
     """torch's distributions check their parameters each time one is built, by default: a categorical over
     18 actions for every call of the policy, in every rollout step and every minibatch. The logits come from
     the network and sb3-contrib's mask, so the check finds nothing a sample would not (NaN logits still fail

@@ -16,10 +16,10 @@ from rlpipe.agents.ppo import (
     SHORTEST_SCORING_S,
     EfficiencyEvalCallback,
     TrainConfig,
-    _without_distribution_checks,
     beats_beyond_noise,
     imitation_budget,
     train,
+    without_distribution_checks,
 )
 from rlpipe.envs import RepartitionEnv
 from rlpipe.envs.evaluation import run_episode
@@ -193,7 +193,7 @@ def test_distribution_checks_are_off_while_training_and_back_after_even_on_failu
     comes back afterwards, also when training fails."""
     checking = torch.distributions.Distribution._validate_args
     logits = torch.tensor([[0.0, float("nan")]])
-    with pytest.raises(RuntimeError), _without_distribution_checks():
+    with pytest.raises(RuntimeError), without_distribution_checks():
         torch.distributions.Categorical(logits=logits)  # unchecked: built without complaint
         assert not torch.distributions.Distribution._validate_args
         raise RuntimeError("training failed")
