@@ -449,10 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated presets or trace:FILE.csv to train on (overrides the config)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (overrides the config)")
     p.add_argument("--n-envs", type=int, help="parallel environments (overrides the config)")
-    p.add_argument("--vec-env", help="where the environments step: dummy (in turn in this process) or subproc "
-                   "(in --vec-workers other processes: the same steps); overrides the config")
-    p.add_argument("--vec-workers", type=int, help="subproc's processes, each stepping its share of the "
-                   "environments (default: one per environment; fastest: one per core); overrides the config")
+    p.add_argument("--vec-env", help="where the environments step: dummy (in turn in this process), subproc "
+                   "(in --vec-workers other processes) or split (in --vec-workers shards, the first in this "
+                   "process): the same steps and weights each way; overrides the config")
+    p.add_argument("--vec-workers", type=int, help="subproc's processes (default: one per environment) or "
+                   "split's shards (default 2), each stepping its share of the environments in turn; one per "
+                   "core is fastest; overrides the config")
     p.add_argument("--seed", type=int, help="training seed (overrides the config)")
     p.add_argument("--calibration", help="a fit from rlpipe calibrate: its measurement model (noise, outliers, "
                    "stage biases, overheads) joins the timer models training draws from")

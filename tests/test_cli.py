@@ -64,8 +64,9 @@ def test_scenario_writes_a_replayable_trace(tmp_path):
     (["profile", "--model", "nowhere.mod:fn", "-o", "x.json"], "cannot import"),
     (["profile", "--model", "mlp", "--repeats", "0", "-o", "x.json"], "--repeats 0"),
     (["partition", "--profile", "transformer16", "--stages", "4", "--memory-gb", "0.001"], "memory"),
-    (["train", "--vec-env", "threads", "--out", "out"], "vec_env: dummy or subproc"),
+    (["train", "--vec-env", "threads", "--out", "out"], "vec_env: dummy, subproc, split"),
     (["train", "--vec-env", "subproc", "--vec-workers", "0", "--out", "out"], "vec_workers, by default one"),
+    (["train", "--vec-env", "split", "--vec-workers", "1", "--out", "out"], "split: 2 to 4 shards"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     result = rlpipe(*args, cwd=tmp_path)

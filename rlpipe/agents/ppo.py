@@ -57,8 +57,9 @@ class TrainConfig:
     n_timesteps: int = 1_000_000
     n_envs: int = 4
     vec_env: str = "dummy"  # "dummy": the environments step in turn in this process; "subproc": in other
-    # processes (the same steps), shared among vec_workers of them
-    vec_workers: int | None = None  # subproc's processes, each stepping its share of the environments in turn
+    # processes (the same steps), shared among vec_workers of them; "split": in vec_workers shards, the first
+    # stepped in this process while the others step in theirs
+    vec_workers: int | None = None  # subproc's processes (default one per environment) or split's shards (2)
     # (None: one per environment, SB3's SubprocVecEnv layout; best: one per core)
     seed: int = 1
     policy: str = "MlpPolicy"
@@ -172,12 +173,21 @@ class TrainConfig:
         if self.imitation_workers > MAX_WORKERS:
             raise InputError(f"{source}: imitation_workers: at most {MAX_WORKERS} processes, got "
                              f"{self.imitation_workers}")
-        if self.vec_env not in ("dummy", "subproc"):
-            raise InputError(f"{source}: vec_env: dummy or subproc, got {self.vec_env!r}")
-        workers = self.n_envs if self.vec_workers is None else self.vec_workers
+        if self.vec_env not in VEC_ENVS:
+            raise InputError(f"{source}: vec_env: {', '.join(VEC_ENVS)}, got {self.vec_env!r}")
+        workers = self.workers()
         if self.vec_env == "subproc" and not 1 <= workers <= MAX_WORKERS:
             raise InputError(f"{source}: vec_env subproc: 1 to {MAX_WORKERS} processes (vec_workers, by default one "
                              f"per environment), got {workers}")
+        if self.vec_env == "split" and not 2 <= workers <= min(MAX_WORKERS, self.n_envs):
+            raise InputError(f"{source}: vec_env split: 2 to {min(MAX_WORKERS, self.n_envs)} shards (vec_workers, "
+                             f"one stepped in this process; by default 2), got {workers}")
+
+    def workers(self) -> int:
+        """subproc's processes or split's shards (``vec_workers``, or its default)."""
+        if self.vec_workers is not None:
+            return self.vec_workers
+        return 2 if self.vec_env == "split" else self.n_envs
 
     def _validate_learning_rate(self, source: str) -> None:
         rate = self.learning_rate
@@ -193,6 +203,7 @@ class TrainConfig:
 
 MAX_ENVS = 256
 MAX_WORKERS = 64  # imitation's labelling processes
+VEC_ENVS = ("dummy", "subproc", "split")  # where the training environments step (TrainConfig.vec_env)
 MAX_ROLLOUT = 10_000_000  # steps per rollout buffer: beyond, memory runs out
 MAX_WIDTH = 65_536
 SHORTEST_SCORING_S = 120.0  # a short run's held-out episodes last at least this long (simulated s)
@@ -224,16 +235,35 @@ def _env_kwargs(config: TrainConfig) -> dict[str, Any]:
 
 
 def _make_vec_env(config: TrainConfig, n_envs: int, seed: int) -> VecEnv:
-    """``n_envs`` seeded training environments, stepped in this process or in ``vec_workers`` others
-    (``vec_env``)."""
+    """``n_envs`` seeded training environments, stepped in this process, in ``vec_workers`` others, or in
+    both (``vec_env``)."""
     env_kwargs = _env_kwargs(config)
     # PPO reads no step's details (the info that evaluation reads), and the vectorised environment copies them
     makers: list[Callable[[], gym.Env]] = [lambda: Monitor(RepartitionEnv(**env_kwargs, step_info=False))
                                            for _ in range(n_envs)]
     # forked, the processes start with everything imported (the environments never use torch)
-    vec = DummyVecEnv(makers) if config.vec_env == "dummy" else ShardedVecEnv(makers, config.vec_workers or n_envs)
+    vec = DummyVecEnv(makers) if config.vec_env == "dummy" else ShardedVecEnv(
+        makers, config.workers(), step_here=config.vec_env == "split")
     vec.seed(seed)
     return vec
+
+
+class RolloutThreads(BaseCallback):
+    """Rollouts on one torch thread, updates on torch's default, where environments step in other processes
+    at the same time as this one (``vec_env`` subproc or split): after each forward pass torch's idle threads
+    wait spinning, on the core a worker needs. Measured with ``split`` on 2 cores, 65,536-step runs: the PPO
+    phase 1.17x and 1.23x ``dummy``'s with this, 0.83x and 0.99x without. One thread costs the forward pass
+    on 16 observations about a tenth."""
+
+    def _on_rollout_start(self) -> None:
+        self.threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def _on_rollout_end(self) -> None:
+        torch.set_num_threads(self.threads)
+
+    def _on_step(self) -> bool:
+        return True
 
 
 def beats_beyond_noise(efficiencies: np.ndarray, kept: np.ndarray | None) -> bool:
@@ -327,19 +357,17 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
         # Rewards hover near 1.0; scaling returns helps the value function. Observations stay raw
         # (they are scale-free by construction), so deployment applies no statistics.
         train_env = VecNormalize(train_env, norm_obs=False, norm_reward=True, gamma=config.gamma)
-    callbacks = [
-        EfficiencyEvalCallback(config, out),
-        CheckpointCallback(save_freq=max(config.checkpoint_freq // config.n_envs, 1),
-                           save_path=str(out / "checkpoints"), name_prefix="ppo"),
-    ]
+    scorer = EfficiencyEvalCallback(config, out)
+    # first: the rollouts' thread count is back before any other callback's rollout end (the behaviour anchor's)
+    callbacks: list[BaseCallback] = [RolloutThreads()] if config.vec_env != "dummy" else []
+    callbacks += [scorer, CheckpointCallback(save_freq=max(config.checkpoint_freq // config.n_envs, 1),
+                                             save_path=str(out / "checkpoints"), name_prefix="ppo")]
     hyper = {key: getattr(config, key) for key in PPO_KEYS}
     if isinstance(config.learning_rate, str) and config.learning_rate.startswith("lin_"):  # zoo notation
         initial = float(config.learning_rate[4:])
         hyper["learning_rate"] = lambda progress_remaining: progress_remaining * initial
     model = MaskablePPO(config.policy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
-    scorer = callbacks[0]
-    assert isinstance(scorer, EfficiencyEvalCallback)
     times = PhaseTimes()
     try:
         with without_distribution_checks():
@@ -391,7 +419,8 @@ def _learn(model: Any, config: TrainConfig, out: Path, progress: bool, callbacks
         if warmup:  # the critic learns the imitated actor's values, the actor held still
             with times.phase("critic warm-up", steps=warmup):
                 imitation.hold_actor(model.policy, True)
-                model.learn(total_timesteps=warmup, progress_bar=progress, tb_log_name="critic")
+                model.learn(total_timesteps=warmup, progress_bar=progress, tb_log_name="critic",
+                            callback=[c for c in callbacks if isinstance(c, RolloutThreads)])
                 imitation.hold_actor(model.policy, False)
         with times.phase("scoring the imitated policy"):
             scorer.score(model)  # the imitated policy is a candidate too: PPO's must beat it to replace it

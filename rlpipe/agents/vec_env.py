@@ -21,6 +21,45 @@ from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, Ve
 
 __all__ = ["ShardedVecEnv"]
 
+MASKS_METHOD = "action_masks"  # what sb3-contrib's MaskablePPO calls on every environment before each step
+
+
+def _answer(envs: DummyVecEnv, command: str, data: Any) -> Any:
+    """A shard's answer to one of the parent's commands (in a worker process, or in the parent for the shard
+    it steps itself). A step's and a reset's answers carry the action masks after them (MaskablePPO asks for
+    them before every step: one message fewer each way)."""
+    if command == "step":
+        envs.step_async(data)
+        return (*envs.step_wait(), envs.reset_infos, _masks(envs))
+    if command == "reset":
+        # DummyVecEnv takes its seeds and options for the next reset from these (SB3 2.x); the parent's
+        # VecEnv.seed() and set_options() set them for every environment, so each shard gets its own slice
+        envs._seeds, envs._options = data
+        return envs.reset(), envs.reset_infos, _masks(envs)
+    if command == "get_spaces":
+        return envs.observation_space, envs.action_space
+    if command == "env_method":
+        name, args, kwargs, indices = data
+        return envs.env_method(name, *args, indices=indices, **kwargs)
+    if command == "get_attr":
+        return envs.get_attr(*data)
+    if command == "has_attr":
+        return envs.has_attr(data)  # asked here, where the attribute need not pickle
+    if command == "set_attr":
+        envs.set_attr(*data)
+        return [None] * len(data[2])
+    if command == "is_wrapped":
+        return envs.env_is_wrapped(*data)
+    raise NotImplementedError(f"ShardedVecEnv: unknown command {command!r}")
+
+
+def _masks(envs: DummyVecEnv) -> list[np.ndarray] | None:
+    """The shard's environments' action masks now (None: environments without them)."""
+    try:
+        return envs.env_method(MASKS_METHOD)
+    except AttributeError:
+        return None
+
 
 def _serve_shard(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -> None:
     """A worker process: build its shard of environments, then answer the parent's commands until "close"."""
@@ -31,34 +70,32 @@ def _serve_shard(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -
             command, data = remote.recv()
         except (EOFError, KeyboardInterrupt):  # the parent is gone
             break
-        if command == "step":
-            envs.step_async(data)
-            remote.send((*envs.step_wait(), envs.reset_infos))
-        elif command == "reset":
-            # DummyVecEnv takes its seeds and options for the next reset from these (SB3 2.x); the parent's
-            # VecEnv.seed() and set_options() set them for every environment, so each shard gets its own slice
-            envs._seeds, envs._options = data
-            remote.send((envs.reset(), envs.reset_infos))
-        elif command == "get_spaces":
-            remote.send((envs.observation_space, envs.action_space))
-        elif command == "env_method":
-            name, args, kwargs, indices = data
-            remote.send(envs.env_method(name, *args, indices=indices, **kwargs))
-        elif command == "get_attr":
-            remote.send(envs.get_attr(*data))
-        elif command == "has_attr":
-            remote.send(envs.has_attr(data))  # asked here, where the attribute need not pickle
-        elif command == "set_attr":
-            envs.set_attr(*data)
-            remote.send([None] * len(data[2]))
-        elif command == "is_wrapped":
-            remote.send(envs.env_is_wrapped(*data))
-        elif command == "close":
+        if command == "close":
             envs.close()
             remote.close()
             break
+        remote.send(_answer(envs, command, data))
+
+
+class _ShardHere:
+    """The shard the parent steps itself, behind a worker's pipe's ``send`` / ``recv``: a command sent is
+    carried out when its answer is asked for, so a step runs while the workers step their shards."""
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]]):
+        self.envs = DummyVecEnv(env_fns)
+        self.pending: list[tuple[str, Any]] = []
+
+    def send(self, message: tuple[str, Any]) -> None:
+        if message[0] == "close":
+            self.envs.close()
         else:
-            raise NotImplementedError(f"ShardedVecEnv worker: unknown command {command!r}")
+            self.pending.append(message)
+
+    def recv(self) -> Any:
+        return _answer(self.envs, *self.pending.pop(0))
+
+    def close(self) -> None:
+        pass
 
 
 class ShardedVecEnv(VecEnv):
@@ -66,11 +103,15 @@ class ShardedVecEnv(VecEnv):
 
     Args:
         env_fns: makers of the environments, in order.
-        workers: processes; at most one per environment.
+        workers: shards; at most one per environment.
         start_method: multiprocessing start method ("fork": the workers start with everything imported).
+        step_here: the first shard steps in this process, while the others step in ``workers - 1`` other
+            processes, instead of every shard in a process of its own (this process waits for the environments
+            anyway: on 2 cores, one shard here and one in another process use both).
     """
 
-    def __init__(self, env_fns: list[Callable[[], gym.Env]], workers: int, start_method: str = "fork"):
+    def __init__(self, env_fns: list[Callable[[], gym.Env]], workers: int, start_method: str = "fork",
+                 step_here: bool = False):
         if workers < 1:
             raise ValueError(f"ShardedVecEnv: workers must be >= 1, got {workers}")
         workers = min(workers, len(env_fns))
@@ -78,9 +119,10 @@ class ShardedVecEnv(VecEnv):
         self.shards = [range(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
         self.shard_of = [w for w, shard in enumerate(self.shards) for _ in shard]
         ctx = mp.get_context(start_method)
-        self.remotes: list[Any] = []  # the parent's ends of the pipes, a worker each
+        # the parent's ends of the pipes, a worker each (the shard stepped here behind the same calls)
+        self.remotes: list[Any] = [_ShardHere([env_fns[i] for i in self.shards[0]])] if step_here else []
         self.processes: list[Any] = []
-        for shard in self.shards:
+        for shard in self.shards[len(self.remotes):]:
             remote, work_remote = ctx.Pipe()
             # daemon: a crashed parent leaves no workers behind
             process = ctx.Process(target=_serve_shard, daemon=True,  # type: ignore[attr-defined]
@@ -90,30 +132,40 @@ class ShardedVecEnv(VecEnv):
             self.remotes.append(remote)
             self.processes.append(process)
         self.waiting, self.closed = False, False
+        self._masks: list[np.ndarray] | None = None  # every environment's, as of the last step or reset
         self.remotes[0].send(("get_spaces", None))
         observation_space, action_space = self.remotes[0].recv()
         super().__init__(len(env_fns), observation_space, action_space)
 
     def step_async(self, actions: np.ndarray) -> None:
+        self._masks = None
         for remote, shard in zip(self.remotes, self.shards):
             remote.send(("step", actions[shard.start:shard.stop]))
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
-        results = [remote.recv() for remote in self.remotes]
+        results = [remote.recv() for remote in self.remotes]  # the shard here steps first, the others meanwhile
         self.waiting = False
         self.reset_infos = [info for result in results for info in result[4]]
+        self._keep_masks([result[5] for result in results])
         return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]),
                 np.concatenate([r[2] for r in results]), [info for r in results for info in r[3]])
 
     def reset(self) -> VecEnvObs:
+        self._masks = None
         for remote, shard in zip(self.remotes, self.shards):
             remote.send(("reset", ([self._seeds[i] for i in shard], [self._options[i] for i in shard])))
         results = [remote.recv() for remote in self.remotes]
         self.reset_infos = [info for result in results for info in result[1]]
+        self._keep_masks([result[2] for result in results])
         self._reset_seeds()  # seeds and options serve one reset only, as in SB3's own VecEnvs
         self._reset_options()
-        return np.concatenate([observations for observations, _ in results])
+        return np.concatenate([observations for observations, _, _ in results])
+
+    def _keep_masks(self, by_shard: list[list[np.ndarray] | None]) -> None:
+        """The environments' action masks as of now, sent with a step's or reset's results."""
+        self._masks = None if any(masks is None for masks in by_shard) else [
+            mask for masks in by_shard for mask in masks]  # type: ignore[union-attr]
 
     def close(self) -> None:
         if self.closed:
@@ -142,10 +194,14 @@ class ShardedVecEnv(VecEnv):
         return self._ask("get_attr", lambda local: (attr_name, local), indices)
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._masks = None
         self._ask("set_attr", lambda local: (attr_name, value, local), indices)
 
     def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
                    **method_kwargs: Any) -> list[Any]:
+        if method_name == MASKS_METHOD and self._masks is not None and not method_args and not method_kwargs:
+            return [self._masks[i].copy() for i in self._get_indices(indices)]  # as of the last step or reset
+        self._masks = None  # any other call may change an environment
         return self._ask("env_method", lambda local: (method_name, method_args, method_kwargs, local), indices)
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:

@@ -15,6 +15,7 @@ from rlpipe.agents.deployed import default_artifact_path, load_deployed_policy
 from rlpipe.agents.ppo import (
     SHORTEST_SCORING_S,
     EfficiencyEvalCallback,
+    RolloutThreads,
     TrainConfig,
     beats_beyond_noise,
     imitation_budget,
@@ -201,3 +202,12 @@ def test_distribution_checks_are_off_while_training_and_back_after_even_on_failu
     if checking:  # the default (python without -O) checks again: the same logits are refused
         with pytest.raises(ValueError):
             torch.distributions.Categorical(logits=logits)
+
+
+def test_rollouts_run_on_one_torch_thread_and_updates_on_the_default():
+    """Where environments step in other processes, a rollout's idle torch threads would spin on their core."""
+    threads, callback = torch.get_num_threads(), RolloutThreads()
+    callback.on_rollout_start()
+    assert torch.get_num_threads() == 1
+    callback.on_rollout_end()
+    assert torch.get_num_threads() == threads

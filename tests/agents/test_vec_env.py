@@ -1,4 +1,4 @@
-"""ShardedVecEnv (vec_env subproc): real worker processes stepping real environments, against DummyVecEnv."""
+"""ShardedVecEnv (vec_env subproc and split): real worker processes stepping real environments, against DummyVecEnv."""
 
 import numpy as np
 import pytest
@@ -8,16 +8,22 @@ from rlpipe.agents.ppo import TrainConfig, _make_vec_env
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [None, 2])  # a process per environment; two shards of 2 and 1
-def test_environments_in_other_processes_step_as_in_one(workers):
-    """vec_env subproc changes where the environments run, not what they do: the same seeds and actions give the
-    same masks, observations, rewards (float32 both ways) and episode ends as stepping them all in turn here."""
+@pytest.mark.parametrize(("kind", "workers", "processes"), [
+    ("subproc", None, 3),  # a process per environment
+    ("subproc", 2, 2),  # two shards of 2 and 1
+    ("split", None, 1),  # two shards: 2 here, 1 in another process
+    ("split", 3, 2),  # one here, one in each of two others
+])
+def test_environments_in_other_processes_step_as_in_one(kind, workers, processes):
+    """vec_env subproc and split change where the environments run, not what they do: the same seeds and actions
+    give the same masks, observations, rewards (float32 both ways) and episode ends as stepping them all in turn
+    here."""
     rng = np.random.default_rng(0)
-    configs = [TrainConfig(n_envs=3, vec_env=kind, vec_workers=workers,
-                           env_kwargs={"duration_s": 60.0, "data_parallel": (1, 2)}) for kind in ("dummy", "subproc")]
+    configs = [TrainConfig(n_envs=3, vec_env=vec_env, vec_workers=workers,
+                           env_kwargs={"duration_s": 60.0, "data_parallel": (1, 2)}) for vec_env in ("dummy", kind)]
     in_turn, in_processes = (_make_vec_env(config, config.n_envs, seed=7) for config in configs)
     try:
-        assert len(in_processes.processes) == (3 if workers is None else 2)
+        assert len(in_processes.processes) == processes
         np.testing.assert_array_equal(in_turn.reset(), in_processes.reset())
         ends = 0
         for _ in range(120):
