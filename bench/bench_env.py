@@ -1,6 +1,6 @@
 """Environment speed (steps per second, S = 8, one process), the PPO phase's speed end to end as `rlpipe train`
-runs it (the shipped config, 2 cores: PPO from the imitated policy, its 16 environments stepped in one process
-and 8 in each of 2 others, side by side; the shipped layout three times, its median and its spread), PPO's own
+runs it (the shipped config, 2 cores: PPO from the imitated policy, its 16 environments stepped as the config
+says, three times, its median and its spread, and all in turn in one process once), PPO's own
 share (the same network, rollouts and updates on environments that cost nothing to step), the imitation's
 labelling speed in one and two processes, the README's 4,096-step training trial's wall time and policy
 decision latency. The figures before the speed-up (observation in Python, 4 environments, 10 epochs) stand
@@ -207,27 +207,24 @@ def run() -> dict:
 
     from rlpipe.agents.ppo import _env_kwargs
 
-    # first, with torch's default threads (the later figures set 1); side by side: the 16 environments stepped
-    # in turn in this process, and 8 in each of 2 others (one per core; a process per environment measured
-    # 1.04x dummy on 2 cores, 2026-12-02)
+    # first, with torch's default threads (the later figures set 1). The shipped layout (split: 8 environments
+    # stepped in this process while 8 step in another) three times, as this machine's speed moves by a fifth
+    # between runs minutes apart: the median, and every run beside it; dummy (all 16 in turn in this process,
+    # the default until 2026-12-05) once between its first two runs
     figures: dict = {"torch_threads_in_training": torch.get_num_threads()}
-    # the shipped layout three times (this machine's speed moves by a fifth between runs minutes apart: the
-    # median, and every run beside it), the other once between its first two runs
-    shipped = "dummy" if shipped_config().vec_env == "dummy" else "subproc_2"
-    layouts = {"dummy": {"vec_env": "dummy"}, "subproc_2": {"vec_env": "subproc", "vec_workers": 2}}
-    other = "subproc_2" if shipped == "dummy" else "dummy"
-    runs = {shipped: [ppo_phase_steps_per_s(**layouts[shipped])]}
-    runs[other] = [ppo_phase_steps_per_s(**layouts[other])]
-    runs[shipped] += [ppo_phase_steps_per_s(**layouts[shipped]) for _ in range(2)]
-    phase_rates = [rates[0] for rates in runs[shipped]]
-    median_run = runs[shipped][int(np.argsort(phase_rates)[1])]
-    by_vec_env = {shipped: median_run, other: runs[other][0]}
+    config = shipped_config()
+    shipped = {"vec_env": config.vec_env, "vec_workers": config.workers()}
+    runs = [ppo_phase_steps_per_s(**shipped)]
+    dummy = ppo_phase_steps_per_s(vec_env="dummy")
+    runs += [ppo_phase_steps_per_s(**shipped) for _ in range(2)]
+    phase_rates = [rates[0] for rates in runs]
+    median_run = runs[int(np.argsort(phase_rates)[1])]
     figures["ppo_phase_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
-    figures.update({"ppo_phase_steps_per_s": median_run[0], "ppo_phase_steps_per_s_lowest": min(phase_rates),
+    figures.update({"ppo_phase_layout": f"{config.vec_env} x {config.workers()}",
+                    "ppo_phase_steps_per_s": median_run[0], "ppo_phase_steps_per_s_lowest": min(phase_rates),
                     "ppo_phase_steps_per_s_highest": max(phase_rates), "ppo_phase_steps_per_s_runs": phase_rates,
-                    "ppo_phase_target_steps_per_s": 3_000,
-                    **{f"ppo_phase_steps_per_s_vec_env_{kind}": rates[0] for kind, rates in by_vec_env.items()},
-                    "ppo_phase_subproc_2_over_dummy": by_vec_env["subproc_2"][0] / by_vec_env["dummy"][0],
+                    "ppo_phase_target_steps_per_s": 3_000, "ppo_phase_steps_per_s_vec_env_dummy": dummy[0],
+                    "ppo_phase_shipped_over_dummy": median_run[0] / dummy[0],
                     # 52,428 decisions imitated, 3 DAgger rounds of 17,476, 28,672 critic steps, then PPO
                     "train_run_131k_steps_per_s": median_run[1],
                     # the measure reported until 2026-12-04 (then with one torch thread), for comparison
