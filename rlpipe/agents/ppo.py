@@ -59,8 +59,8 @@ class TrainConfig:
     vec_env: str = "dummy"  # "dummy": the environments step in turn in this process; "subproc": in other
     # processes (the same steps), shared among vec_workers of them; "split": in vec_workers shards, the first
     # stepped in this process while the others step in theirs
-    vec_workers: int | None = None  # subproc's processes (default one per environment) or split's shards (2)
-    # (None: one per environment, SB3's SubprocVecEnv layout; best: one per core)
+    vec_workers: int | None = None  # subproc's processes or split's shards; best: one per core (None: for
+    # subproc one per environment, SB3's SubprocVecEnv layout; for split 2)
     seed: int = 1
     policy: str = "MlpPolicy"
     learning_rate: float | str = 3e-4  # or "lin_3e-4": decays linearly to 0

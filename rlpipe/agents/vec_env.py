@@ -4,8 +4,10 @@ SB3's SubprocVecEnv gives every environment its own process. With 16 environment
 those 16 processes spend their time passing messages and waiting for a core: measured, no faster than
 stepping all 16 in turn in one process. Here each process holds a shard of the environments in an SB3
 ``DummyVecEnv`` and steps them in turn, so a step costs one message each way per process, not per
-environment, and the shards step at the same time, one to a core. The environments, their seeds and their
-order are those of ``DummyVecEnv(env_fns)``: the same observations, rewards (float32) and episode ends.
+environment, and the shards step at the same time, one to a core. With ``step_here`` the first shard steps in
+this process, which would otherwise only wait (``vec_env: split``). A step's answer carries the action masks
+MaskablePPO asks for before the next. The environments, their seeds and their order are those of
+``DummyVecEnv(env_fns)``: the same observations, rewards (float32), masks and episode ends.
 """
 
 from __future__ import annotations
