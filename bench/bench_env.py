@@ -218,7 +218,7 @@ def run() -> dict:
     dummy = ppo_phase_steps_per_s(vec_env="dummy")
     runs += [ppo_phase_steps_per_s(**shipped) for _ in range(2)]
     phase_rates = [rates[0] for rates in runs]
-    median_run = runs[int(np.argsort(phase_rates)[1])]
+    median_run = sorted(runs)[1]  # (PPO phase steps/s, whole run steps/s) of the median run
     figures["ppo_phase_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
     figures.update({"ppo_phase_layout": f"{config.vec_env} x {config.workers()}",
                     "ppo_phase_steps_per_s": median_run[0], "ppo_phase_steps_per_s_lowest": min(phase_rates),
