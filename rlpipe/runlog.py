@@ -144,9 +144,12 @@ def _check_replicas(record: dict[str, Any], where: str) -> None:
                              f"{len(boundaries)} boundaries")
         for i, stage in enumerate(replica["stages"]):
             _check_fields(stage, STAGE_FIELDS, f"{where}: replicas[{r}].stages[{i}]", required=("compute_ms",))
-    for key, count in (("predicted_compute_ms", len(boundaries)), ("sync_ms", len(boundaries)),
-                       ("injected_slowdown", len(boundaries) * len(replicas)), ("microbatch_split", len(replicas))):
-        if key in record and record[key] and len(record[key]) != count:
+    # the prediction a calibration divides by has an entry per stage, always; the others may be logged empty
+    for key, count, may_be_empty in (("predicted_compute_ms", len(boundaries), False),
+                                     ("sync_ms", len(boundaries), True),
+                                     ("injected_slowdown", len(boundaries) * len(replicas), True),
+                                     ("microbatch_split", len(replicas), True)):
+        if key in record and (record[key] or not may_be_empty) and len(record[key]) != count:
             raise InputError(f"{where}: {key}: {len(record[key])} entries, expected {count}")
 
 

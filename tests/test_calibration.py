@@ -142,3 +142,15 @@ def test_evaluate_and_train_take_a_calibration(tmp_path):
     refused = rlpipe("train", "--timesteps", "64", "--calibration", str(tmp_path / "broken.json"),
                      "--out", str(tmp_path / "agent"))
     assert refused.returncode == 2 and "broken.json" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_log_whose_prediction_is_empty_is_refused_in_one_line(tmp_path):
+    """An interval logged with a prediction has one per stage: an empty one (found by the hostile-files test)
+    is refused when the log is read, not met as a numpy error in the fit."""
+    records = synthetic_run(1, intervals=40)
+    records[5]["predicted_compute_ms"] = []
+    log = tmp_path / "run.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = rlpipe("calibrate", str(log), "-o", str(tmp_path / "cal.json"))
+    assert result.returncode == 2 and "predicted_compute_ms: 0 entries" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
