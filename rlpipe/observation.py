@@ -72,7 +72,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats
 
-OBSERVATION_VERSION = 6
+OBSERVATION_VERSION = 7
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -80,7 +80,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 33
+GLOBAL_FEATURES = 35
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -95,6 +95,7 @@ ROUND_TRIP_STALLS = 3.0  # the rules' round-trip test: a move away from the laun
 ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where the test does not apply
 RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
 RULE_MIN_SURVIVAL = 0.3  # and how likely the imbalance must be to last as long again
+EARLY_RESPLIT_STALLS = 4.0  # falcon-early (the policy's teacher) re-splits after 1 interval that lost this many stalls
 KEEP, REPLAN, REBALANCE, BOTH = 0, 1, 2, 3
 FIRST_MOVE = 4
 
@@ -115,9 +116,11 @@ class G:
     BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
     REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS, BOTH_VIA = range(29, 33)
+    REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY = range(33, 35)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
+EARLY_FLAGS = {G.REPLAN_PAYS: G.REPLAN_PAYS_EARLY, G.BOTH_PAYS: G.BOTH_PAYS_EARLY}  # the re-splits' early tests
 
 
 @dataclass
@@ -146,10 +149,12 @@ class LostTime:
     def reset(self) -> None:
         self.lost_s, self.held_intervals, self.held_iterations = 0.0, 0, 0
 
-    def reached(self, stall_s: float, confirm_intervals: int) -> bool:
+    def reached(self, stall_s: float, confirm_intervals: int, early_stalls: float = 0.0) -> bool:
         """The rules' count test: the time lost has reached the action's stall (s) and its gain has held
-        ``confirm_intervals`` intervals in a row."""
-        return self.lost_s >= stall_s and self.held_intervals >= confirm_intervals
+        ``confirm_intervals`` intervals in a row, or (``early_stalls`` > 0) one interval that lost at least
+        ``early_stalls`` stalls already."""
+        early = early_stalls > 0 and self.held_intervals >= 1 and self.lost_s >= early_stalls * stall_s
+        return self.lost_s >= stall_s and (self.held_intervals >= confirm_intervals or early)
 
     def update(self, now_ms: float, after_ms: float, noise_level: float, stats: IntervalStats,
                possible: bool, transient: bool = False) -> None:
@@ -599,8 +604,11 @@ class ObservationEncoder:
             observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
             # a count that is not running (lost 0) is a lever not possible now
-            observation[g + pays] = float(count.lost_s > 0 and count.reached(stall_s, RULE_CONFIRM_INTERVALS)
-                                          and round_trip_pays(saving) and likely_to_last)
+            passes = count.lost_s > 0 and round_trip_pays(saving) and likely_to_last
+            observation[g + pays] = float(passes and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
+            if pays in EARLY_FLAGS:
+                observation[g + EARLY_FLAGS[pays]] = float(passes and count.reached(
+                    stall_s, RULE_CONFIRM_INTERVALS, EARLY_RESPLIT_STALLS))
 
     # --- actions ---------------------------------------------------------------------------------
 

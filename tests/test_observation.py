@@ -9,6 +9,7 @@ import rlpipe.observation as observation_module
 from rlpipe.observation import (
     BOTH,
     BOUNDARY_FEATURES,
+    EARLY_RESPLIT_STALLS,
     FIRST_MOVE,
     GLOBAL_FEATURES,
     KEEP,
@@ -245,16 +246,20 @@ def test_each_levers_round_trip_margin_is_observed(planner):
 
 def test_each_levers_flag_says_whether_the_rules_whole_test_passes(planner):
     """The flag is the conjunction the rules test (count reached, gain held 2 intervals, likely to last, round
-    trip paid), so a learner need not fit its thresholds; a lasting slowdown turns it on after a few intervals."""
-    encoder, flags = ObservationEncoder(planner), []
+    trip paid), so a learner need not fit its thresholds; a lasting slowdown turns it on after a few intervals.
+    The early flag (falcon-early's re-split) also passes after one interval that lost 4 stalls."""
+    encoder, flags, early = ObservationEncoder(planner), [], []
     for _ in range(8):
         observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1], iterations=10))
         g = observation[encoder.size - GLOBAL_FEATURES:]
-        passes = (g[G.LOST] >= 1 and g[G.REPLAN_CONFIRMED] >= 2 / 4 and g[G.PAST_LONGER] >= 0.3
-                  and g[G.REPLAN_ROUND_TRIP] >= 1)
+        lasting = g[G.PAST_LONGER] >= 0.3 and g[G.REPLAN_ROUND_TRIP] >= 1
+        passes = g[G.LOST] >= 1 and g[G.REPLAN_CONFIRMED] >= 2 / 4 and lasting
         flags.append(float(g[G.REPLAN_PAYS]))
+        early.append(float(g[G.REPLAN_PAYS_EARLY]))
         assert flags[-1] == float(passes)
-    assert flags[0] == 0 and flags[-1] == 1
+        assert early[-1] == float(passes or (g[G.LOST] >= EARLY_RESPLIT_STALLS and g[G.REPLAN_CONFIRMED] > 0
+                                             and lasting))
+    assert flags[0] == 0 and flags[-1] == 1 and early[-1] == 1
     assert global_feature(encoder, observation, G.REBALANCE_PAYS) == 0  # one pipeline: nothing to rebalance
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rlpipe.agents.heuristics import (
     DynPipePolicy,
+    EarlyFalconPolicy,
     FalconPolicy,
     GreedyPolicy,
     HindsightPolicy,
@@ -16,16 +17,17 @@ from rlpipe.decision import DecisionContext, Policy
 from rlpipe.errors import InputError
 
 HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "threshold": ThresholdPolicy,
-              "falcon": FalconPolicy, "oracle": OraclePolicy,
+              "falcon": FalconPolicy, "falcon-early": EarlyFalconPolicy, "oracle": OraclePolicy,
               "hindsight": HindsightPolicy}
 
 
-FALLBACKS = ("static", "greedy", "dynpipe", "threshold", "falcon")  # what decides when the learned policy cannot
+# what decides when the learned policy cannot
+FALLBACKS = ("static", "greedy", "dynpipe", "threshold", "falcon", "falcon-early")
 
 
 def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Policy:
-    """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``oracle``,
-    ``hindsight``, ``ppo`` or ``ppo:PATH``.
+    """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``falcon-early``,
+    ``oracle``, ``hindsight``, ``ppo`` or ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
@@ -52,4 +54,5 @@ def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Pol
 
 
 __all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "ThresholdPolicy",
-           "FalconPolicy", "OraclePolicy", "HindsightPolicy", "make_policy", "HEURISTICS", "FALLBACKS"]
+           "FalconPolicy", "EarlyFalconPolicy", "OraclePolicy", "HindsightPolicy", "make_policy", "HEURISTICS",
+           "FALLBACKS"]

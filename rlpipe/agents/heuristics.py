@@ -5,6 +5,8 @@
 - :class:`DynPipePolicy`: DynPipe's trigger-and-replan rule.
 - :class:`ThresholdPolicy`: the ski-rental rule: re-plan once the lost time pays the stall.
 - :class:`FalconPolicy`: FALCON's escalation for replicated jobs: micro-batches first, then layers.
+- :class:`EarlyFalconPolicy`: FALCON's escalation re-splitting an interval sooner after a large loss (ours; the
+  learned policy's teacher).
 - :class:`OraclePolicy`: simulation only; sees the future and prices migrations and rebalances.
 - :class:`HindsightPolicy`: simulation only; the oracle's timing with the learned policy's actions (its teacher).
 
@@ -22,6 +24,7 @@ from rlpipe.decision import DecisionContext, PolicyBase
 from rlpipe.envs.repartition import FutureView, Plan
 from rlpipe.observation import (
     BOTH,
+    EARLY_RESPLIT_STALLS,
     KEEP,
     REBALANCE,
     REPLAN,
@@ -228,16 +231,18 @@ def restart_on_change(running: JobPlan, context: DecisionContext, *counts: LostT
 
 
 def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder, possible: bool,
-                     confirm_intervals: int, min_survival: float) -> bool:
+                     confirm_intervals: int, min_survival: float, early_stalls: float = 0.0) -> bool:
     """Count one interval for an action with ``figures`` (predicted iteration ms now, after it, its stall s);
     whether the action pays now: its lost time has reached its stall, its gain held ``confirm_intervals``
-    intervals and the imbalance is likely enough to last."""
+    intervals (or, ``early_stalls`` > 0, one interval lost that many stalls) and the imbalance is likely
+    enough to last."""
     now_ms, after_ms, stall_s = figures
     assert encoder.latest is not None
     if encoder.imbalance_moved:
         count.reset()
     count.update(now_ms, after_ms, encoder.estimate_noise, encoder.latest, possible, encoder.transient)
-    return possible and count.reached(stall_s, confirm_intervals) and encoder.imbalance_survival() >= min_survival
+    return (possible and count.reached(stall_s, confirm_intervals, early_stalls)
+            and encoder.imbalance_survival() >= min_survival)
 
 
 def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder,
@@ -268,7 +273,9 @@ class FalconPolicy(PolicyBase):
     also pay for its round trip, as in the threshold rule. On one pipeline it is the threshold rule.
 
     Args (the threshold rule's, same defaults): min_gain (0.03), noise_multiple (3), confirm_intervals (2),
-    min_survival (0.3), round_trip (3).
+    min_survival (0.3), round_trip (3); and early_stalls: a re-split (not a rebalance) may fire after one
+    interval once the time lost reaches this many of its stalls (0: off, as FALCON; see
+    :class:`EarlyFalconPolicy`).
     """
 
     min_gain: float = 0.03
@@ -276,6 +283,7 @@ class FalconPolicy(PolicyBase):
     confirm_intervals: int = RULE_CONFIRM_INTERVALS
     min_survival: float = RULE_MIN_SURVIVAL
     round_trip: float = ROUND_TRIP_STALLS
+    early_stalls: float = 0.0
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
@@ -299,7 +307,7 @@ class FalconPolicy(PolicyBase):
         targets = encoder.targets
         if encoder.planner.replicas == 1:  # one pipeline: the threshold rule
             fires = ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
-                                     self.confirm_intervals, self.min_survival)
+                                     self.confirm_intervals, self.min_survival, self.early_stalls)
             pays = fires and pays_round_trip(self._replan, encoder.replan_figures, encoder,
                                              (targets.replan, encoder.split), self.round_trip)
             return REPLAN if pays else KEEP
@@ -312,10 +320,28 @@ class FalconPolicy(PolicyBase):
                                                         (REBALANCE, (context.boundaries, targets.rebalance)))
                             if plan == targets.both and mask[action]), BOTH)
         resplit = ski_rental_fires(self._replan, encoder.both_figures, encoder, bool(mask[both_action]),
-                                   self.confirm_intervals, self.min_survival)
+                                   self.confirm_intervals, self.min_survival, self.early_stalls)
         if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip):
             return both_action
         return REBALANCE if rebalance else KEEP
+
+
+@dataclass
+class EarlyFalconPolicy(FalconPolicy):
+    """FALCON's escalation whose re-split skips the second confirming interval when the first already lost
+    ``early_stalls`` (4) of its stalls: ours, not FALCON's, and the learned policy's teacher.
+
+    Confirming an imbalance for a second interval guards against a move that will not pay; once a single
+    interval has lost more than the move's round trip (its stall there and back, with the time lost in
+    between: ``round_trip``, 3 stalls), waiting to confirm risks more than a wrong move costs. Only large
+    slowdowns lose that much in one interval, and those, in the presets, are mostly lasting ones (co-location
+    and fail-slow stragglers of minutes): FALCON then re-splits an interval later than it could. The rebalance
+    keeps its two intervals (moving it earlier lost on replicated ``mixed`` and ``persistent`` jobs). Every
+    other test (survival, round trip, rebalance first) is FALCON's.
+    """
+
+    early_stalls: float = EARLY_RESPLIT_STALLS
+    name: str = "falcon-early"
 
 
 @dataclass

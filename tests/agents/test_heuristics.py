@@ -4,6 +4,7 @@ import pytest
 from rlpipe.agents import (
     DecisionContext,
     DynPipePolicy,
+    EarlyFalconPolicy,
     FalconPolicy,
     GreedyPolicy,
     HindsightPolicy,
@@ -197,6 +198,16 @@ def test_falcon_is_the_threshold_rule_on_one_pipeline():
     assert falcon == threshold and REPLAN in falcon
 
 
+def test_falcon_early_resplits_an_interval_sooner_once_one_interval_lost_four_stalls():
+    falcon = drive(env_with_slowdown(3.0, overhead_s=0.5), FalconPolicy(), 60)
+    early = drive(env_with_slowdown(3.0, overhead_s=0.5), EarlyFalconPolicy(), 60)
+    assert first_replan(falcon) is not None and first_replan(early) == first_replan(falcon) - 1
+    # a dearer stall: one interval loses fewer than 4 of them, and the second interval confirms as in FALCON
+    falcon = drive(env_with_slowdown(3.0, overhead_s=2.0), FalconPolicy(), 60)
+    assert drive(env_with_slowdown(3.0, overhead_s=2.0), EarlyFalconPolicy(), 60) == falcon
+    assert make_policy("falcon-early").name == "falcon-early" and FalconPolicy().early_stalls == 0  # FALCON's own
+
+
 def test_dynpipe_checks_every_50_iterations_whatever_the_interval():
     actions = drive(env_with_slowdown(3.0, interval=10), DynPipePolicy(), 60)
     replan = first_replan(actions)
@@ -217,35 +228,47 @@ def test_the_rules_counts_follow_the_job_that_runs():
     assert first_replan(followed) == first and followed[first + 1:first + 4] == [KEEP] * 3
 
 
-def test_falcons_decisions_are_read_off_the_observation():
+@pytest.mark.parametrize("rule", [FalconPolicy, EarlyFalconPolicy])
+def test_falcons_decisions_are_read_off_the_observation(rule):
     """Observation v4 carries FALCON's two counts (restarted when the job changes) and how many intervals
     each has held: its decision follows from the features alone (a learner can repeat it), on replicated
     jobs where it escalates from rebalance to re-split; v6's flags, whether each lever's whole test passes,
-    and which action reaches the re-split's plan give it exactly, action included."""
+    and which action reaches the re-split's plan give it exactly, action included; v7's early flags give
+    falcon-early's re-splits after one interval (the policy's teacher; on one pipeline too)."""
     from rlpipe.observation import BOTH, GLOBAL_FEATURES, G
 
-    decisions, acted, agreed, agreed_flags = 0, 0, 0, 0
-    for replicas, device, factor, overhead_s in ((2, 5, 1.6, 2.0), (4, 6, 2.5, 1.0)):
+    decisions, replicated, acted, agreed, agreed_flags, early = 0, 0, 0, 0, 0, 0
+    for replicas, device, factor, overhead_s in ((2, 5, 1.6, 2.0), (4, 6, 2.5, 1.0), (1, 2, 3.0, 0.5)):
         env = env_with_slowdown(factor, replicas=replicas, device=device, overhead_s=overhead_s)
-        falcon, observation = FalconPolicy(), None
+        falcon, observation = rule(), None
         for _ in range(100):
             mask = env.action_masks()
             action = falcon.act(observation, mask, DecisionContext(env.encoder, env.boundaries, split=env.split))
-            if observation is not None:
+            if observation is not None and replicas == 1:
+                g = observation[-GLOBAL_FEATURES:]
+                flag = G.REPLAN_PAYS_EARLY if falcon.early_stalls else G.REPLAN_PAYS
+                agreed_flags += (REPLAN if g[flag] else KEEP) == action
+                early += bool(g[G.REPLAN_PAYS_EARLY] and not g[G.REPLAN_PAYS])
+                decisions += 1
+            elif observation is not None:
                 g = observation[-GLOBAL_FEATURES:]
                 lasting = g[G.PAST_LONGER] >= falcon.min_survival
                 resplit = g[G.BOTH_LOST] >= 1 and g[G.BOTH_CONFIRMED] >= 0.5 and lasting
                 rebalance = mask[REBALANCE] and g[G.REBALANCE_LOST] >= 1 and g[G.REBALANCE_CONFIRMED] >= 0.5 and lasting
                 read = "resplit" if resplit else REBALANCE if rebalance else KEEP
                 resplit_action = {1.0: REPLAN, -1.0: REBALANCE, 0.0: BOTH}[float(g[G.BOTH_VIA])]
-                flagged = resplit_action if g[G.BOTH_PAYS] else REBALANCE if g[G.REBALANCE_PAYS] else KEEP
-                decisions += 1
+                resplit_flag = G.BOTH_PAYS_EARLY if falcon.early_stalls else G.BOTH_PAYS
+                flagged = resplit_action if g[resplit_flag] else REBALANCE if g[G.REBALANCE_PAYS] else KEEP
+                early += bool(g[G.BOTH_PAYS_EARLY] and not g[G.BOTH_PAYS])
+                decisions, replicated = decisions + 1, replicated + 1
                 acted += action != KEEP
                 agreed += read == action or (read == "resplit" and action in (REPLAN, REBALANCE, BOTH))
                 agreed_flags += flagged == action
             observation, _, _, _, _ = env.step(action)
     assert acted >= 3  # 2 x 4: a rebalance, then a re-split (measured: intervals 29 and 62); 4 x 4: a rebalance
-    assert agreed == decisions and agreed_flags == decisions
+    assert agreed_flags == decisions and early >= 1  # an interval where only the early test passes
+    if rule is FalconPolicy:  # from the counts alone (falcon-early's test is the same but for one interval)
+        assert agreed == replicated
 
 
 @pytest.mark.slow
