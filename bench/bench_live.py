@@ -35,7 +35,7 @@ from rlpipe.calibration import replayed_iteration_ms
 from rlpipe.runlog import load_run, warmup_extra_s
 from rlpipe.runtime.device_time import comparison_scale
 
-POLICIES = ["static", "greedy", "dynpipe", "threshold", "falcon", "ppo"]
+POLICIES = ["static", "greedy", "dynpipe", "threshold", "falcon", "falcon-early", "ppo"]
 REPEATS = 3
 CALM_ITERATIONS = 40  # iterations a run holds without interference (its wall time is sized to it, per setup)
 SIZING_S = 20.0  # the wall time of the calm static run that measures a setup's speed

@@ -1,7 +1,8 @@
 """The simulated acceptance of the learned policy: every rule, the shipped PPO policy and the oracle on
 every training preset, on held-out seeds, every policy on the same episodes, for one pipeline of 2, 4 and
 8 stages and for 4-stage jobs of 2 and 4 replicas. With best = the best of static, greedy, dynpipe,
-threshold and falcon on that preset and layout, the bars are:
+threshold and falcon on that preset and layout (the published rules; `falcon-early`, ours and the policy's
+teacher, is shown beside them), the bars are:
 
 - everywhere: ppo >= best - 0.003;
 - the envelope: ppo's mean over the presets >= the mean of the per-preset best rule;
@@ -25,8 +26,8 @@ from rlpipe.envs import EnvConfig
 from rlpipe.evaluate import evaluate
 from rlpipe.observation import DEFAULT_D_MAX, DEFAULT_S_MAX
 
-RULES = ["static", "greedy", "dynpipe", "threshold", "falcon"]
-POLICIES = [*RULES, "ppo", "oracle"]
+RULES = ["static", "greedy", "dynpipe", "threshold", "falcon"]  # the issue's "best rule": the published rules
+POLICIES = [*RULES, "falcon-early", "ppo", "oracle"]  # falcon-early, ours and the policy's teacher: shown, not in best
 PRESETS = ["none", "light", "heavy", "bursty", "drift", "periodic", "jitter", "persistent", "seqlen", "network",
            "mixed"]
 LAYOUTS = [(2, 1), (4, 1), (8, 1), (4, 2), (4, 4)]  # (stages, replicas)

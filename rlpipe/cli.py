@@ -423,8 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("evaluate", cmd_evaluate, "Run policies on the same seeded simulated episodes of each scenario; "
             "write results.json, results.md and plots.")
     p.add_argument("--policies", action="append",
-                   help="comma-separated: static, greedy, dynpipe, threshold, falcon, oracle, hindsight, ppo, "
-                   "ppo:PATH; "
+                   help="comma-separated: static, greedy, dynpipe, threshold, falcon, falcon-early, oracle, hindsight, "
+                   "ppo, ppo:PATH; "
                    f"repeatable (default {EVALUATE_POLICIES})")
     p.add_argument("--scenarios", action="append",
                    help=f"comma-separated presets or trace:FILE.csv; repeatable (default {EVALUATE_SCENARIOS})")

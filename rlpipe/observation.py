@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 6), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 7), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -43,8 +43,10 @@ job waits for its slowest replica); the replica block keeps every device.
   that conjunction of thresholds only approximately from the figures, and moved a little early, where the
   rules would not, on noise that a fast job meets thousands of times an hour), and which action reaches the
   re-plan-and-rebalance plan (1: the re-plan, whose plan it is; -1: the rebalance; 0: its own action; a network
-  cannot tell equal figures apart exactly: version 6). Stalls are in units of ``ITERATIONS_UNIT`` iterations
-  at the current speed.
+  cannot tell equal figures apart exactly: version 6), and for the two re-split levers (re-plan, both) whether
+  ``falcon-early``'s test passes: the rules' whole test, or the same after one interval that already lost
+  ``EARLY_RESPLIT_STALLS`` stalls (1/0: version 7, the shipped policy's teacher). Stalls are in units of
+  ``ITERATIONS_UNIT`` iterations at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3

@@ -95,8 +95,8 @@ GOLDEN = Path(__file__).parent / "data" / "evaluate_golden.json"
 
 def test_evaluate_reproduces_the_recorded_results(tmp_path):
     """``rlpipe evaluate`` on fixed seeds gives the recorded figures: a refactoring guard. A deliberate
-    change of behaviour re-records the file in its commit (last: observation v3, the falcon rule, the
-    hybrid simulator, the retrained default policy).
+    change of behaviour re-records the file in its commit (last: the falcon-early rule and the observation-v7
+    policy that imitates it).
 
     The tolerance, rel 1e-6, is chosen between two scales. Another numpy, BLAS or numba build sums in
     another order or vectorises differently: each figure is a mean over thousands of simulated
@@ -106,7 +106,7 @@ def test_evaluate_reproduces_the_recorded_results(tmp_path):
     here rightly: that is a change of behaviour on that build.)"""
     from rlpipe.cli import main
 
-    code = main(["evaluate", "--policies", "static,greedy,dynpipe,threshold,falcon,oracle,ppo",
+    code = main(["evaluate", "--policies", "static,greedy,dynpipe,threshold,falcon,falcon-early,oracle,ppo",
                  "--scenarios", "heavy,bursty,drift",
                  "--episodes", "2", "--seed", "7", "--stages", "4", "--duration-s", "900", "--out", str(tmp_path)])
     assert code == 0

@@ -336,8 +336,9 @@ class EarlyFalconPolicy(FalconPolicy):
     between: ``round_trip``, 3 stalls), waiting to confirm risks more than a wrong move costs. Only large
     slowdowns lose that much in one interval, and those, in the presets, are mostly lasting ones (co-location
     and fail-slow stragglers of minutes): FALCON then re-splits an interval later than it could. The rebalance
-    keeps its two intervals (moving it earlier lost on replicated ``mixed`` and ``persistent`` jobs). Every
-    other test (survival, round trip, rebalance first) is FALCON's.
+    keeps its two intervals (confirmed after one, whatever the loss, it lost on replicated ``mixed`` and
+    ``persistent`` jobs: ``docs/experiments/early_resplit.py``). Every other test (survival, round trip, rebalance
+    first) is FALCON's.
     """
 
     early_stalls: float = EARLY_RESPLIT_STALLS

@@ -257,9 +257,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "data-parallel x microbatches)")
     parser.add_argument("--save-params", help="write every layer's final parameters to this .pt file")
     parser.add_argument("--policy", help="controller deciding repartitions (and, with replicas, micro-batch splits) "
-                        "every --interval iterations: static, greedy, dynpipe, threshold, falcon, ppo (the shipped "
-                        "default) or ppo:PATH (a folder written by rlpipe train; default: none, only --repartition-at "
-                        "and --rebalance-at)")
+                        "every --interval iterations: static, greedy, dynpipe, threshold, falcon, falcon-early, ppo "
+                        "(the shipped default) or ppo:PATH (a folder written by rlpipe train; default: none, only "
+                        "--repartition-at and --rebalance-at)")
     parser.add_argument("--fallback", choices=FALLBACKS, default=d.fallback,
                         help="the heuristic that decides for ppo when its actor cannot (more stages than it was "
                         f"trained for, unusable statistics; default {d.fallback})")

@@ -35,7 +35,8 @@ class Controller:
     ``d_max``); a policy without an artifact gets the defaults.
 
     Args:
-        policy_spec: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``ppo`` or ``ppo:PATH``.
+        policy_spec: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``falcon-early``, ``ppo`` or
+            ``ppo:PATH``.
         profile: the per-layer profile the run started from.
         num_stages, schedule, microbatches: the pipeline (M micro-batches per replica at the even split).
         migration: the stall model (fixed overhead and the measured point-to-point bandwidth).
