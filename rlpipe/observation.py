@@ -606,10 +606,10 @@ class ObservationEncoder:
             observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
             # a count that is not running (lost 0) is a lever not possible now
-            passes = count.lost_s > 0 and round_trip_pays(saving) and likely_to_last
-            observation[g + pays] = float(passes and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
+            running_pays_lasts = count.lost_s > 0 and round_trip_pays(saving) and likely_to_last  # all but the count
+            observation[g + pays] = float(running_pays_lasts and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
             if pays in EARLY_FLAGS:
-                observation[g + EARLY_FLAGS[pays]] = float(passes and count.reached(
+                observation[g + EARLY_FLAGS[pays]] = float(running_pays_lasts and count.reached(
                     stall_s, RULE_CONFIRM_INTERVALS, EARLY_RESPLIT_STALLS))
 
     # --- actions ---------------------------------------------------------------------------------
