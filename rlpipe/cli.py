@@ -424,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
             "write results.json, results.md and plots.")
     p.add_argument("--policies", action="append",
                    help="comma-separated: static, greedy, dynpipe, threshold, falcon, falcon-early, oracle, hindsight, "
-                   "ppo, ppo:PATH; "
+                   "onset-blind, ppo, ppo:PATH; "
                    f"repeatable (default {EVALUATE_POLICIES})")
     p.add_argument("--scenarios", action="append",
                    help=f"comma-separated presets or trace:FILE.csv; repeatable (default {EVALUATE_SCENARIOS})")

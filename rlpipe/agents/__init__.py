@@ -9,6 +9,7 @@ from rlpipe.agents.heuristics import (
     FalconPolicy,
     GreedyPolicy,
     HindsightPolicy,
+    OnsetBlindOraclePolicy,
     OraclePolicy,
     StaticPolicy,
     ThresholdPolicy,
@@ -18,7 +19,7 @@ from rlpipe.errors import InputError
 
 HEURISTICS = {"static": StaticPolicy, "greedy": GreedyPolicy, "dynpipe": DynPipePolicy, "threshold": ThresholdPolicy,
               "falcon": FalconPolicy, "falcon-early": EarlyFalconPolicy, "oracle": OraclePolicy,
-              "hindsight": HindsightPolicy}
+              "hindsight": HindsightPolicy, "onset-blind": OnsetBlindOraclePolicy}
 
 
 # what decides when the learned policy cannot
@@ -27,7 +28,7 @@ FALLBACKS = ("static", "greedy", "dynpipe", "threshold", "falcon", "falcon-early
 
 def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Policy:
     """A policy from its name: ``static``, ``greedy``, ``dynpipe``, ``threshold``, ``falcon``, ``falcon-early``,
-    ``oracle``, ``hindsight``, ``ppo`` or ``ppo:PATH``.
+    ``oracle``, ``hindsight``, ``onset-blind``, ``ppo`` or ``ppo:PATH``.
 
     Args:
         spec: the name, as ``--policy`` takes it.
@@ -54,5 +55,6 @@ def make_policy(spec: str, live: bool = False, fallback: str = "dynpipe") -> Pol
 
 
 __all__ = ["DecisionContext", "Policy", "StaticPolicy", "GreedyPolicy", "DynPipePolicy", "ThresholdPolicy",
-           "FalconPolicy", "EarlyFalconPolicy", "OraclePolicy", "HindsightPolicy", "make_policy", "HEURISTICS",
+           "FalconPolicy", "EarlyFalconPolicy", "OraclePolicy", "HindsightPolicy",
+           "OnsetBlindOraclePolicy", "make_policy", "HEURISTICS",
            "FALLBACKS"]

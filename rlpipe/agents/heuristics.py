@@ -9,6 +9,7 @@
   learned policy's teacher).
 - :class:`OraclePolicy`: simulation only; sees the future and prices migrations and rebalances.
 - :class:`HindsightPolicy`: simulation only; the oracle's timing with the learned policy's actions (its teacher).
+- :class:`OnsetBlindOraclePolicy`: simulation only; the oracle told of each slowdown only once it has begun.
 
 ``threshold``, ``dynpipe`` and ``greedy`` act on layers only, as their papers do; ``falcon`` and the
 oracle also move micro-batches between data-parallel replicas.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlpipe.decision import DecisionContext, PolicyBase
+from rlpipe.envs.known_future import KnownConditions, KnownFutureView
 from rlpipe.envs.repartition import FutureView, Plan
 from rlpipe.observation import (
     BOTH,
@@ -369,15 +371,19 @@ class OraclePolicy(PolicyBase):
 
     def act(self, observation: np.ndarray, mask: np.ndarray, context: DecisionContext) -> Plan:
         current = _running(context)
-        candidates = [current] + [c for c in _future(context).candidates(self.horizon_s, self.max_candidates)
+        candidates = [current] + [c for c in self.future(context).candidates(self.horizon_s, self.max_candidates)
                                   if c != current]
         return candidates[int(np.argmax(self.work_if_switched(context, candidates, len(candidates))))]
+
+    def future(self, context: DecisionContext) -> FutureView:
+        """What this planner knows of the future: all of it."""
+        return _future(context)
 
     def work_if_switched(self, context: DecisionContext, candidates: list[Plan], first_choices: int) -> np.ndarray:
         """For each of the first ``first_choices`` candidates (``candidates[0]`` the plan running now): the
         iterations the horizon holds if the job switches to it now (paying the stall) and then follows the
         best sequence of candidates (the dynamic program). All zero when the run is over."""
-        future = _future(context)
+        future = self.future(context)
         latest = context.encoder.latest
         assert latest is not None  # a decision always follows an observed interval
         epoch_s = max(latest.wall_s - latest.stall_s, self.horizon_s / self.max_epochs)
@@ -441,13 +447,50 @@ class HindsightPolicy(OraclePolicy):
         if not targets:
             return KEEP
         firsts = [current, *targets.values()]
-        candidates = firsts + [c for c in _future(context).candidates(self.horizon_s, self.max_candidates)
+        candidates = firsts + [c for c in self.future(context).candidates(self.horizon_s, self.max_candidates)
                                if c not in firsts]
         work = self.work_if_switched(context, candidates, len(firsts))
         choice = int(np.argmax(work))
         if choice == 0 or work[choice] <= work[0] * (1.0 + self.min_gain):
             return KEEP
         return list(targets)[choice - 1]
+
+
+@dataclass
+class OnsetBlindOraclePolicy(OraclePolicy):
+    """The oracle told of each slowdown only once it has begun (simulation only): it knows how every slowdown
+    already under way goes on and when it ends, and nothing of one that has not started
+    (:class:`~rlpipe.envs.known_future.KnownFutureView`); it plans both levers as the oracle does.
+
+    It is the yardstick for issue #19's "where a causal policy cannot": a causal policy never knows more than
+    this (it must guess the durations this planner is told, and where onsets come at random it cannot
+    foresee them either), so the part of the oracle's lead this planner misses is foresight of onsets, out of
+    a causal policy's reach. Not a proven bound: the oracle's plan is a receding-horizon program, and where
+    onsets follow a pattern (``periodic``, ``drift``'s steps) a causal policy could learn to expect them.
+
+    Args (the oracle's, and): lag_intervals: a worsening becomes known this many decision intervals (of the
+    latest interval's length) after it began (0: at the first decision after its onset; 1: once a whole
+    interval has shown it, as early as the rules' count can start).
+    """
+
+    lag_intervals: float = 0.0
+    name: str = "onset-blind"
+    _known: KnownConditions | None = field(default=None, init=False)
+    _view: tuple[float, KnownFutureView] | None = field(default=None, init=False)
+
+    def reset(self) -> None:
+        self._known, self._view = None, None
+
+    def future(self, context: DecisionContext) -> FutureView:
+        """The future as known at the decision: slowdowns under way, none to come."""
+        env = _future(context).env
+        if self._known is None or self._known.truth is not env.job:  # a new episode
+            self._known, self._view = KnownConditions(env.job), None
+        if self._view is None or self._view[0] != env.time_s:
+            latest = context.encoder.latest
+            lag_s = self.lag_intervals * (latest.wall_s if latest is not None else 0.0)
+            self._view = (env.time_s, KnownFutureView(env, self._known, self.horizon_s, lag_s))
+        return self._view[1]
 
 
 def _running(context: DecisionContext) -> Plan:

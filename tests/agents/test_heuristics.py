@@ -290,3 +290,44 @@ def test_falcon_holds_through_pauses_hopping_between_sixteen_devices():
         hops += env.encoder.imbalance_moved
         done = terminated or truncated
     assert hops >= 10  # the pauses did hop, and each restarted the count
+
+
+def first_move(policy, steps: int = 60) -> int | None:
+    """The first decision after which the partition differs from the launch one, under a lasting 2x slowdown
+    from t = 60 s (a planner's decisions are plans, a rule's actions)."""
+    env = env_with_slowdown(2.0)
+    launch = env.boundaries
+    for step in range(steps):
+        decision = policy.act(None, env.action_masks(), DecisionContext(env.encoder, env.boundaries, env.future()))
+        env.step_to(*decision) if isinstance(decision, tuple) else env.step(decision)
+        if env.boundaries != launch:
+            return step
+    return None
+
+
+def test_the_onset_blind_oracle_knows_a_slowdown_under_way_but_none_to_come():
+    from rlpipe.agents.heuristics import OnsetBlindOraclePolicy
+    from rlpipe.envs.known_future import KnownConditions
+
+    env = env_with_slowdown(2.0)  # device 2 at 2x from t = 60 s on
+    known = KnownConditions(env.job)
+    before = known.segments(10.0, 300.0)  # the onset is still to come: the view holds the calm conditions
+    assert len(before) == 1 and np.all(known.job.trace.slowdown[before[0][0]] == 1.0)
+    during = known.segments(70.0, 300.0)  # under way: known, to the end of the horizon
+    assert len(during) == 1 and known.job.trace.slowdown[during[0][0]][2] == 2.0
+    late = known.segments(70.0, 300.0, known_until_s=50.0)  # told only of what began before 50 s
+    assert np.all(known.job.trace.slowdown[late[0][0]] == 1.0)
+    # a slowdown that ends is known to end; a later one on the same device is not known at all
+    trace = InterferenceTrace(np.array([0.0, 60.0, 100.0, 200.0]), np.array([[1, 1, 1, 1], [1, 1, 2, 1],
+                                                                             [1, 1, 1, 1], [1, 1, 3, 1]], float),
+                              np.ones((4, 3)), 3600.0)
+    env.reset(seed=0, options={"trace": trace})
+    known = KnownConditions(env.job)
+    segments = known.segments(70.0, 300.0)
+    assert [known.job.trace.slowdown[row][2] for row, _, _ in segments] == [2.0, 1.0]
+    assert segments[-1][1:] == (100.0, 300.0)
+    # the oracle moves for the onset before it comes; the onset-blind one after it, before the threshold rule
+    firsts = [first_move(policy) for policy in (OraclePolicy(), OnsetBlindOraclePolicy(), ThresholdPolicy())]
+    assert None not in firsts and firsts[0] < firsts[1] < firsts[2]
+    with pytest.raises(InputError, match="simulation only"):
+        make_policy("onset-blind", live=True)
