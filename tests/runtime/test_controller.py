@@ -22,9 +22,12 @@ def run(tmp_path, name, *args):
     return log, result.stdout
 
 
-# a 4x straggler on stage 1 from trace second 1.0 on: at --time-scale 0.5, two seconds into the run,
-# so that DynPipe's baseline interval (the first) is measured before it (it takes 0.3-0.8 s here); DynPipe
-# checks every 50 iterations after it, so by iteration 105 it has seen 50 iterations of the straggler
+# a 4x straggler on stage 1 from trace second 1.0 on: at --time-scale 1.0, a second into the run, so that
+# DynPipe's baseline interval (the first) is measured before it (it takes 0.3-0.8 s here); DynPipe checks
+# every 50 iterations after it, so the check at about iteration 155 sees 50 iterations of the straggler if it
+# came by iteration 105. The run's speed moves the straggler's iteration: on a quiet machine (2026-12-05) one
+# second held ~48 iterations, and the former two seconds (--time-scale 0.5) ~95, after the last check of a
+# 110-iteration run, which then failed 4 times in 6
 def straggler_trace(tmp_path) -> Path:
     trace = tmp_path / "straggler.csv"
     # 4x, not 3x: the baseline is the run's first interval, warm-up included, and on a busy machine it read
@@ -37,8 +40,8 @@ def straggler_trace(tmp_path) -> Path:
 @pytest.mark.slow
 def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     common = ["--model", "mlp", "--layers", "8", "--stages", "4", "--microbatches", "4", "--batch", "32",
-              "--iterations", "110", "--interval", "5", "--boundaries", "0,2,4,6",
-              "--interference", f"trace:{straggler_trace(tmp_path)}", "--time-scale", "0.5"]
+              "--iterations", "160", "--interval", "5", "--boundaries", "0,2,4,6",
+              "--interference", f"trace:{straggler_trace(tmp_path)}", "--time-scale", "1.0"]
     log, stdout = run(tmp_path, "dynpipe", *common, "--policy", "dynpipe")
     records = load_run(log)
     assert all("decision" in r for r in records[:-1])
@@ -50,7 +53,7 @@ def test_dynpipe_moves_layers_off_an_injected_straggler(tmp_path):
     assert sorted(latencies)[len(latencies) // 2] < 5.0
     assert "decision" not in records[-1]  # the run's last interval has no next one to decide for
     summary = run_summary(stdout)
-    assert summary.startswith("rlpipe run: 110 iterations") and "repartition" in summary and str(log) in summary
+    assert summary.startswith("rlpipe run: 160 iterations") and "repartition" in summary and str(log) in summary
 
 
 @pytest.mark.slow
