@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 7), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 8), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -45,12 +45,15 @@ job waits for its slowest replica); the replica block keeps every device.
   re-plan-and-rebalance plan (1: the re-plan, whose plan it is; -1: the rebalance; 0: its own action; a network
   cannot tell equal figures apart exactly: version 6), and for the two re-split levers (re-plan, both) whether
   ``falcon-early``'s test passes: the rules' whole test, or the same after one interval that already lost
-  ``EARLY_RESPLIT_STALLS`` stalls (1/0: version 7, the shipped policy's teacher). Stalls are in units of
-  ``ITERATIONS_UNIT`` iterations at the current speed.
+  ``EARLY_RESPLIT_STALLS`` stalls (1/0: version 7), and the onset re-split (version 8): whether its test
+  passes (1/0, :meth:`ObservationEncoder._onset`), its gain and its cost (0 where it does not). Stalls are in
+  units of ``ITERATIONS_UNIT`` iterations at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
-both; ``4 + 2 (i - 1)`` shift boundary i by -1 (stage i gets stage i-1's last layer), ``5 + 2 (i - 1)``
+both; 4 the onset re-split: at an interval within which a slowdown began, the partition (and, with
+replicas, the split) that fits its last iterations' loads (valid only where the onset test passes: version
+8); ``5 + 2 (i - 1)`` shift boundary i by -1 (stage i gets stage i-1's last layer), ``6 + 2 (i - 1)``
 shift it by +1 (stage i-1 gets stage i's first layer), for i = 1..s_max-1.
 
 The per-stage arithmetic of one observation runs in compiled kernels: the environment calls them every
@@ -72,9 +75,9 @@ from rlpipe.partition import bottleneck_dp, link_transfer_ms, stage_edges
 from rlpipe.planning import MAX_SLOWDOWN_ESTIMATE, Planner, StatsError, move_bottlenecks_kernel
 from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
-from rlpipe.stats import IntervalStats
+from rlpipe.stats import IntervalStats, tail_iterations
 
-OBSERVATION_VERSION = 7
+OBSERVATION_VERSION = 8
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -82,7 +85,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 35
+GLOBAL_FEATURES = 38
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -98,8 +101,10 @@ ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where 
 RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
 RULE_MIN_SURVIVAL = 0.3  # and how likely the imbalance must be to last as long again
 EARLY_RESPLIT_STALLS = 4.0  # falcon-early (the policy's teacher) re-splits after 1 interval that lost this many stalls
-KEEP, REPLAN, REBALANCE, BOTH = 0, 1, 2, 3
-FIRST_MOVE = 4
+ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
+ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
+KEEP, REPLAN, REBALANCE, BOTH, ONSET = 0, 1, 2, 3, 4
+FIRST_MOVE = 5
 
 
 def round_trip_pays(saving: tuple[float, float] | None, round_trip: float = ROUND_TRIP_STALLS) -> bool:
@@ -118,7 +123,7 @@ class G:
     BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
     REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS, BOTH_VIA = range(29, 33)
-    REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY = range(33, 35)
+    REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY, ONSET, ONSET_GAIN, ONSET_COST = range(33, 38)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
@@ -191,7 +196,8 @@ class ActionLayout:
         return FIRST_MOVE + 2 * (boundary - 1) + (0 if delta < 0 else 1)
 
     def describe(self, action: int) -> str:
-        named = {KEEP: "keep", REPLAN: "replan", REBALANCE: "rebalance", BOTH: "replan+rebalance"}
+        named = {KEEP: "keep", REPLAN: "replan", REBALANCE: "rebalance", BOTH: "replan+rebalance",
+                 ONSET: "onset re-split"}
         if action in named:
             return named[action]
         boundary, delta = self.move(action)
@@ -215,6 +221,17 @@ class Targets:
     rebalance: tuple[int, ...] = ()
     both: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     figures: np.ndarray = field(default_factory=lambda: np.zeros(7))
+
+
+@dataclass(frozen=True)
+class Onset:
+    """The onset re-split (:meth:`ObservationEncoder._onset`): the plan (partition, split) that fits the
+    interval's last iterations, its predicted gain there (iteration time now over after, minus 1) and its
+    stall, s."""
+
+    plan: tuple[tuple[int, ...], tuple[int, ...]]
+    gain: float
+    stall_s: float
 
 
 class ObservationEncoder:
@@ -288,6 +305,7 @@ class ObservationEncoder:
         self.both_lost_time = LostTime()  # re-plan and rebalance together; restarted likewise
         self._running: tuple | None = None  # the (partition, split) of the last interval
         self._mask_cache: tuple | None = None
+        self.onset: Onset | None = None  # the latest interval's onset re-split, where its test passed (:meth:`_onset`)
 
     # --- what the rules read ----------------------------------------------------------------------
 
@@ -495,6 +513,7 @@ class ObservationEncoder:
         if replan[0] < 0:
             raise StatsError(f"no partition into {num_stages} stages fits the memory cap")
         self.targets = self._levers(stats.boundaries, tuple(replan.tolist()), figures, by_device, observation)
+        self.onset = self._onset(stats)
         self._count_and_fill(observation, stats)
         np.maximum(observation, -OBSERVATION_CLIP, out=observation)
         return np.minimum(observation, OBSERVATION_CLIP, out=observation).astype(np.float32)
@@ -538,6 +557,77 @@ class ObservationEncoder:
                        np.add.reduce(replica_ms) / planner.replicas, by_device)
         return Targets(best_replan, rebalanced, (both, both_split),
                        np.array([now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall]))
+
+    def _onset(self, stats: IntervalStats) -> Onset | None:
+        """The re-split fitted to a slowdown that began within this interval, where the onset test passes
+        (the ``ONSET`` action; ``falcon-early`` then re-splits at once, an interval before its count can
+        start); None where it does not.
+
+        An interval whose conditions changed within it (:attr:`transient`) mixes two conditions in its mean;
+        its last iterations (``stats.tail_load``) show what holds now. The test: the tail shows a worsening
+        (the most loaded device ``ONSET_WORSENING`` over the estimate); this run has seen enough slowdowns
+        end to judge one (:meth:`expected_remaining_iterations` is not None: a bet on how long a slowdown
+        lasts needs a history; without it, early in a ``seqlen`` run, each garbage-collection pause's onset
+        looked like a lasting slowdown); the imbalance is likely to last (:meth:`imbalance_survival`, as the
+        rules judge it) and, of the slowdowns seen end that outlasted the tail, at least ``ONSET_LASTING``
+        lasted two intervals more (waiting for the count would then have paid the stall anyway, an interval
+        later); the re-split for the tail's loads gains more than the rules' least gain and three times the
+        tail's noise; one interval at those loads would lose ``EARLY_RESPLIT_STALLS`` of its stalls; and, away
+        from the launch plan, its round trip pays. On a replicated job the re-split comes with the split that
+        fits the tail, and the partition must change."""
+        tail_load = stats.tail_load
+        if tail_load is None or not self.transient:
+            return None
+        planner = self.planner
+        tail = planner.clip_load(np.asarray(tail_load, dtype=np.float64).reshape(planner.replicas, planner.num_stages))
+        worst = tail.max(axis=0)
+        if float(worst.max()) <= float(self.slowdown_estimate.max()) * (1.0 + ONSET_WORSENING):
+            return None
+        age = float(tail_iterations(stats.iterations))
+        remaining = self.expected_remaining_iterations(age)
+        if remaining is None or self.imbalance_survival() < RULE_MIN_SURVIVAL:
+            return None
+        past = self._past_sorted
+        outlasted = len(past) - bisect.bisect_right(past, age)
+        lasted = len(past) - bisect.bisect_right(past, age + 2 * stats.iterations)
+        if (lasted + 0.5) / (outlasted + 1.0) < ONSET_LASTING:
+            return None
+        current, split = tuple(stats.boundaries), self.split
+        plan, now_ms, after_ms = self._fit_tail(current, split, tail, worst)
+        if plan[0] == current or now_ms <= 0 or after_ms <= 0:
+            return None
+        tail_noise = self.noise_level * math.sqrt(stats.iterations / age)
+        gain = now_ms / after_ms - 1.0
+        if gain <= max(self.lost_time.min_gain, self.lost_time.noise_multiple * tail_noise):
+            return None
+        stall_s = planner.change_stall_s((current, split), plan, stats.iteration_ms)
+        if stats.iterations * (now_ms - after_ms) / 1e3 < EARLY_RESPLIT_STALLS * stall_s:
+            return None
+        saving = (1.0 - after_ms / now_ms) * remaining * now_ms / 1e3
+        if not self.at_launch(*plan) and not round_trip_pays((saving, stall_s)):
+            return None
+        return Onset(plan, gain, stall_s)
+
+    def _fit_tail(self, current: tuple[int, ...], split: tuple[int, ...], tail: np.ndarray,
+                  worst: np.ndarray) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], float, float]:
+        """The re-split that fits devices running ``tail`` (D, S) times slower (``worst``: each stage group's
+        most loaded), with the predicted iteration ms of the job now and after it: one pipeline, the partition
+        for those loads; replicas, the better of the partitions for every stage's worst device and for the most
+        slowed replica's own, each with the split that fits it."""
+        planner = self.planner
+        if planner.replicas == 1:
+            partition = planner.plan(worst, current)
+            return ((partition, split), planner.predict_iteration_ms(current, worst),
+                    planner.predict_iteration_ms(partition, worst))
+        slowest = int(np.argmax(tail.max(axis=1)))
+        best: tuple[float, tuple[tuple[int, ...], tuple[int, ...]]] | None = None
+        for partition in dict.fromkeys([planner.plan(worst), planner.plan(tail[slowest])]):
+            fitted = planner.balanced_split(partition, tail)
+            ms = planner.predict_job_ms(partition, fitted, tail)
+            if best is None or ms < best[0]:
+                best = (ms, (partition, fitted))
+        assert best is not None
+        return best[1], planner.predict_job_ms(current, split, tail), best[0]
 
     def _candidates(self, candidates: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
         """The levers' candidate partitions as :func:`_lever_kernel` takes them, one row each, and each one's
@@ -611,6 +701,10 @@ class ObservationEncoder:
             if pays in EARLY_FLAGS:
                 observation[g + EARLY_FLAGS[pays]] = float(running_pays_lasts and count.reached(
                     stall_s, RULE_CONFIRM_INTERVALS, EARLY_RESPLIT_STALLS))
+        if self.onset is not None:
+            observation[g + G.ONSET] = 1.0
+            observation[g + G.ONSET_GAIN] = self.onset.gain
+            observation[g + G.ONSET_COST] = self.onset.stall_s / unit_s
 
     # --- actions ---------------------------------------------------------------------------------
 
@@ -618,7 +712,8 @@ class ObservationEncoder:
         """Valid actions: keep always; a re-plan, rebalance or both when it changes what runs; moves that
         keep every stage non-empty and within the memory cap, on boundaries the pipeline has."""
         split = self.split if split is None else tuple(split)
-        key = (tuple(boundaries), split, self.targets.replan, self.targets.rebalance, self.targets.both)
+        key = (tuple(boundaries), split, self.targets.replan, self.targets.rebalance, self.targets.both,
+               None if self.onset is None else self.onset.plan)
         if self._mask_cache is not None and self._mask_cache[0] == key:
             return self._mask_cache[1].copy()
         mask = self._compute_mask(tuple(boundaries), split)
@@ -632,6 +727,7 @@ class ObservationEncoder:
         mask[REBALANCE] = self.targets.rebalance != split
         mask[BOTH] = self.targets.both != (boundaries, split) and self.targets.both not in (
             (self.targets.replan, split), (boundaries, self.targets.rebalance))
+        mask[ONSET] = self.onset is not None and self.onset.plan != (boundaries, split)
         edges = stage_edges(boundaries, self.planner.num_layers).tolist()
         for boundary in range(1, len(boundaries)):
             for delta in (-1, +1):
@@ -656,6 +752,9 @@ class ObservationEncoder:
             return tuple(boundaries), self.targets.rebalance
         if action == BOTH:
             return self.targets.both
+        if action == ONSET:
+            assert self.onset is not None  # the mask allows it only then
+            return self.onset.plan
         boundary, delta = self.layout.move(action)
         moved = list(boundaries)
         moved[boundary] += delta

@@ -40,6 +40,7 @@ STAGE_FIELDS: dict[str, Any] = {
     "compute_ms": Number, "comm_ms": Number, "idle_ms": Number, "num_layers": int, "memory_bytes": Number,
     "device_load": Number, "resident_param_bytes": int, "rss_bytes": int, "gpu_utilization": Number,
     "gpu_memory_bytes": int, "compute_cv": Number, "sync_ms": Number, "device_allocated_bytes": int,
+    "tail_load": Number,
 }
 MEBIBYTE = 2**20  # the unit of a header's optimizer_ms_per_mb (ms per MiB of a stage's parameters)
 HEADER_FIELDS: dict[str, Any] = {

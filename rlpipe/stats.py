@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+TAIL_SHARE = 0.3  # ``tail_load`` reads this share of an interval's last iterations
+
+
+def tail_iterations(iterations: int) -> int:
+    """How many of an interval's ``iterations`` (timed iterations, live) its ``tail_load`` reads."""
+    return max(1, math.ceil(TAIL_SHARE * iterations - 1e-9))  # 3 of 10, not 4 of float's 3.0000000000000004
+
 
 STAGE_FIELDS = ("compute_ms", "comm_ms", "idle_ms", "num_layers", "memory_bytes", "device_load")
 
@@ -57,6 +66,9 @@ class IntervalStats:
         replica_load: (D, S) the measured load of every device (``None``: one pipeline, ``device_load``).
         split: micro-batches each replica ran (``None``: one pipeline).
         sync_ms: per stage group, the gradient sync per iteration, ms (``None``: none).
+        tail_load: (D, S) every device's measured load over the interval's last ``TAIL_SHARE`` of its
+            iterations (at least one): where conditions changed within the interval, what they are now
+            (``None``: not measured).
     """
 
     iteration: int
@@ -74,6 +86,7 @@ class IntervalStats:
     replica_load: np.ndarray | None = None
     split: tuple[int, ...] | None = None
     sync_ms: np.ndarray | None = None
+    tail_load: np.ndarray | None = None
 
     @classmethod
     def from_stages(cls, iteration: int, iterations: int, wall_s: float, stall_s: float,

@@ -58,8 +58,8 @@ def planner():
 
 def test_action_layout_round_trips():
     layout = ActionLayout(8)
-    assert layout.num_actions == FIRST_MOVE + 14 == 18
-    for action in range(FIRST_MOVE, 18):
+    assert layout.num_actions == FIRST_MOVE + 14 == 19
+    for action in range(FIRST_MOVE, 19):
         assert layout.move_action(*layout.move(action)) == action
     assert [layout.describe(a) for a in (KEEP, REPLAN, REBALANCE, BOTH)] == ["keep", "replan", "rebalance",
                                                                            "replan+rebalance"]

@@ -28,6 +28,7 @@ from rlpipe.observation import (
     BOTH,
     EARLY_RESPLIT_STALLS,
     KEEP,
+    ONSET,
     REBALANCE,
     REPLAN,
     ROUND_TRIP_STALLS,
@@ -277,7 +278,8 @@ class FalconPolicy(PolicyBase):
     Args (the threshold rule's, same defaults): min_gain (0.03), noise_multiple (3), confirm_intervals (2),
     min_survival (0.3), round_trip (3); and early_stalls: a re-split (not a rebalance) may fire after one
     interval once the time lost reaches this many of its stalls (0: off, as FALCON; see
-    :class:`EarlyFalconPolicy`).
+    :class:`EarlyFalconPolicy`); onset: a re-split may also fire at a slowdown's onset interval, where the
+    encoder's onset test passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``).
     """
 
     min_gain: float = 0.03
@@ -286,6 +288,7 @@ class FalconPolicy(PolicyBase):
     min_survival: float = RULE_MIN_SURVIVAL
     round_trip: float = ROUND_TRIP_STALLS
     early_stalls: float = 0.0
+    onset: bool = False
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
@@ -312,7 +315,7 @@ class FalconPolicy(PolicyBase):
                                      self.confirm_intervals, self.min_survival, self.early_stalls)
             pays = fires and pays_round_trip(self._replan, encoder.replan_figures, encoder,
                                              (targets.replan, encoder.split), self.round_trip)
-            return REPLAN if pays else KEEP
+            return REPLAN if pays else ONSET if self.onset and mask[ONSET] else KEEP
         rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
                                      self.confirm_intervals, self.min_survival)
         rebalance = rebalance and pays_round_trip(self._rebalance, encoder.rebalance_figures, encoder,
@@ -325,6 +328,8 @@ class FalconPolicy(PolicyBase):
                                    self.confirm_intervals, self.min_survival, self.early_stalls)
         if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip):
             return both_action
+        if self.onset and mask[ONSET]:
+            return ONSET
         return REBALANCE if rebalance else KEEP
 
 
@@ -341,9 +346,15 @@ class EarlyFalconPolicy(FalconPolicy):
     keeps its two intervals (confirmed after one, whatever the loss, it lost on replicated ``mixed`` and
     ``persistent`` jobs: ``docs/experiments/early_resplit.py``). Every other test (survival, round trip, rebalance
     first) is FALCON's.
+
+    It also re-splits at the onset interval itself, where the interval's last iterations show a large worsening
+    that this run's history says will last (``ObservationEncoder._onset``, the ``ONSET`` action): the rules skip that interval,
+    whose mean mixes two conditions, and on ``heavy`` acting a whole interval after the onset leaves most of
+    the oracle's lead (``docs/experiments/onset_blind.py``, ``docs/experiments/onset_resplit.py``).
     """
 
     early_stalls: float = EARLY_RESPLIT_STALLS
+    onset: bool = True
     name: str = "falcon-early"
 
 

@@ -33,7 +33,7 @@ from rlpipe.observation import OBSERVATION_CLIP, ActionLayout, ObservationEncode
 from rlpipe.planning import Planner
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import NO_OVERHEADS, Overheads
-from rlpipe.stats import IntervalStats
+from rlpipe.stats import IntervalStats, tail_iterations
 
 __all__ = ["EnvConfig", "FutureView", "Plan", "RepartitionEnv", "Situation"]
 
@@ -173,11 +173,12 @@ class RepartitionEnv(gym.Env):
         layers, memory, ideal_compute = self._partition_constants(self.boundaries)
         measured = measure_kernel(interval.compute_ms, s.measurement.iteration_noise(rng, k, shape),
                                   s.measurement.interval_factors(rng, s.stage_bias), interval.comm_ms,
-                                  interval.idle_ms, s.measurement.noise(rng, (2, *shape)), ideal_compute)
-        compute, comm, idle, load, cv, loads = measured
+                                  interval.idle_ms, s.measurement.noise(rng, (2, *shape)), ideal_compute,
+                                  tail_iterations(k))
+        compute, comm, idle, load, cv, loads, tail = measured
         return IntervalStats(self.iteration, k, interval.end_s - start_s, stall_s, self.boundaries, compute, comm,
                              idle, layers, memory, load, compute_cv=cv, replica_load=loads, split=self.split,
-                             sync_ms=interval.sync_ms)
+                             sync_ms=interval.sync_ms, tail_load=tail)
 
     def future(self) -> FutureView:
         """The true future, for simulation-only policies."""
@@ -186,14 +187,14 @@ class RepartitionEnv(gym.Env):
 
 @njit(cache=True)
 def measure_kernel(per_iteration, iteration_noise, interval_factor, comm, idle, noise,
-                   ideal_compute):  # pragma: no cover
+                   ideal_compute, tail):  # pragma: no cover
     """What timers show of an interval: every device's compute per micro-batch (each iteration's reading
     with its own noise, their mean times the interval's outlier and bias ``interval_factor``), its
     dispersion within the interval, communication and idle time with the interval's ``noise``; then per
     stage the figures of its stage group's most loaded device. Returns (compute, comm, idle, load, cv)
-    per stage and every device's load."""
+    per stage, every device's load, and every device's load over the interval's last ``tail`` iterations."""
     iterations, replicas, stages = per_iteration.shape
-    loads = np.empty((replicas, stages))
+    loads, tail_loads = np.empty((replicas, stages)), np.empty((replicas, stages))
     compute, comm_out, idle_out = np.empty(stages), np.empty(stages), np.empty(stages)
     load, cv = np.full(stages, -1.0), np.empty(stages)
     for s in range(stages):
@@ -209,10 +210,14 @@ def measure_kernel(per_iteration, iteration_noise, interval_factor, comm, idle, 
                 spread = math.sqrt(max(squares - iterations * mean * mean, 0.0) / (iterations - 1)) / mean
             measured = mean * interval_factor[r, s]
             loads[r, s] = measured / ideal_compute[s]
+            recent = 0.0
+            for k in range(iterations - tail, iterations):
+                recent += per_iteration[k, r, s] * iteration_noise[k, r, s]
+            tail_loads[r, s] = recent / tail * interval_factor[r, s] / ideal_compute[s]
             if loads[r, s] > load[s]:
                 load[s], compute[s], cv[s] = loads[r, s], measured, spread
                 comm_out[s], idle_out[s] = comm[r, s] * noise[0, r, s], idle[r, s] * noise[1, r, s]
-    return compute, comm_out, idle_out, load, cv, loads
+    return compute, comm_out, idle_out, load, cv, loads, tail_loads
 
 
 class FutureView:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from rlpipe.runtime.mesh import ParallelDims
 from rlpipe.runtime.stage import Repartition
-from rlpipe.stats import IntervalStats, StageStats
+from rlpipe.stats import IntervalStats, StageStats, tail_iterations
 
 
 @dataclass
@@ -65,6 +65,8 @@ class StageReport:
     Attributes:
         compute_ms: forward + backward compute per micro-batch over the timed iterations, ms.
         compute_cv: the dispersion (std over mean) of that compute from one timed iteration to the next.
+        tail_compute_ms: the same compute over the interval's last timed iterations (``tail_iterations`` of
+            them; all of the compute where none was timed), ms per micro-batch.
         busy_s: wall seconds the interval's iterations took on this rank.
         sync_ms: gradient sync per iteration, ms.
         staging_ms: copies across the host boundary per iteration (host-staged transport; else 0), ms:
@@ -86,6 +88,7 @@ class StageReport:
 
     compute_ms: float
     compute_cv: float
+    tail_compute_ms: float
     busy_s: float
     sync_ms: float
     staging_ms: float
@@ -105,6 +108,11 @@ class StageReport:
     def device_load(self) -> float:
         return self.compute_ms / max(self.profiled_compute_ms, 1e-9)
 
+    @property
+    def tail_load(self) -> float:
+        """The device's load over the interval's last timed iterations."""
+        return self.tail_compute_ms / max(self.profiled_compute_ms, 1e-9)
+
     def pack(self) -> torch.Tensor:
         return torch.tensor(astuple(self), dtype=torch.float64)
 
@@ -119,6 +127,14 @@ def exchange_reports(own: StageReport, world: int, device: torch.device) -> list
     everyone = [torch.zeros_like(packed) for _ in range(world)]
     dist.all_gather(everyone, packed)
     return [StageReport.unpack(row.cpu()) for row in everyone]
+
+
+def tail_compute(per_iteration_ms: list[float], compute_ms: float) -> float:
+    """The mean of the last timed iterations' compute per micro-batch (``tail_iterations`` of them), ms;
+    ``compute_ms`` (the interval's) where none was timed."""
+    if not per_iteration_ms:
+        return compute_ms
+    return float(np.mean(per_iteration_ms[-tail_iterations(len(per_iteration_ms)):]))
 
 
 def compute_dispersion(per_iteration_ms: list[float]) -> float:
@@ -156,7 +172,8 @@ def interval_statistics(reports: list[StageReport], meter: IntervalMeter, iterat
         iteration, meter.iterations, reports[0].busy_s + stall_s, stall_s, boundaries,
         tuple(_stage_stats(report, iteration_ms) for report in slowest),
         compute_cv=np.array([report.compute_cv for report in slowest]), replica_load=loads,
-        split=tuple(int(row[0].microbatches) for row in grid), sync_ms=sync_ms)
+        split=tuple(int(row[0].microbatches) for row in grid), sync_ms=sync_ms,
+        tail_load=np.array([[report.tail_load for report in row] for row in grid]))
 
 
 def log_record(stats: IntervalStats, reports: list[StageReport], dims: ParallelDims, losses: list[float],
@@ -174,7 +191,7 @@ def log_record(stats: IntervalStats, reports: list[StageReport], dims: ParallelD
         stages = []
         for report in row:
             figures = _stage_stats(report, iteration_ms).to_dict()
-            figures.update(compute_cv=report.compute_cv, sync_ms=report.sync_ms,
+            figures.update(compute_cv=report.compute_cv, tail_load=report.tail_load, sync_ms=report.sync_ms,
                            resident_param_bytes=int(report.resident_param_bytes), rss_bytes=int(report.rss_bytes))
             if report.gpu_utilization >= 0:  # on a GPU: NVML's figures
                 figures["gpu_utilization"] = report.gpu_utilization

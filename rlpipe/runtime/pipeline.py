@@ -38,6 +38,7 @@ from rlpipe.runtime.interval import (
     IntervalMeter,
     StageReport,
     compute_dispersion,
+    tail_compute,
     exchange_reports,
     interval_statistics,
     log_record,
@@ -410,7 +411,8 @@ class AdaptivePipeline:
         owned = self.stage.owned_layers()
         compute_s, timed, per_iteration = self.stage.take_compute()
         chunks, overran = self.stage.take_overruns()
-        own = StageReport(compute_s / timed * 1e3, compute_dispersion(per_iteration), meter.busy_s,
+        own = StageReport(compute_s / timed * 1e3, compute_dispersion(per_iteration),
+                          tail_compute(per_iteration, compute_s / timed * 1e3), meter.busy_s,
                           self.stage.take_sync_s() / meter.iterations * 1e3,
                           self.stage.take_staging_s() / meter.iterations * 1e3, float(self.split[self.mesh.replica]),
                           float(len(owned)), self.stage.memory_bytes(), float(self.stage.resident_param_bytes()),
