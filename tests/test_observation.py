@@ -13,6 +13,7 @@ from rlpipe.observation import (
     FIRST_MOVE,
     GLOBAL_FEATURES,
     KEEP,
+    ONSET,
     REBALANCE,
     REPLAN,
     REPLICA_FEATURES,
@@ -32,10 +33,11 @@ WIDTH = STAGE_FEATURES + 4 - 1  # a stage slot with the default history of 4
 
 
 def stats_for(planner: Planner, boundaries, load, stall_s=0.0, iterations=50, time_factor=1.0, cv=None,
-              replica_load=None, split=None) -> IntervalStats:
+              replica_load=None, split=None, tail=None) -> IntervalStats:
     """Statistics of an interval in which each device ran ``load`` times slower than the planner's profile
-    (``replica_load``: every replica's devices); ``time_factor`` scales the times that do not come from the
-    profile (wall time, stalls, waits), for a profile measured on a faster machine."""
+    (``replica_load``: every replica's devices; ``tail``: one pipeline's loads over the interval's last
+    iterations); ``time_factor`` scales the times that do not come from the profile (wall time, stalls,
+    waits), for a profile measured on a faster machine."""
     edges = list(boundaries) + [planner.num_layers]
     compute = planner.profile.compute_ms()
     stages = tuple(StageStats(float(compute[a:b].sum() * stage_load), 0.1 * time_factor, 1.0 * time_factor, b - a,
@@ -43,6 +45,8 @@ def stats_for(planner: Planner, boundaries, load, stall_s=0.0, iterations=50, ti
     hybrid = {"compute_cv": np.full(len(load), 0.05) if cv is None else np.asarray(cv, dtype=float)}
     if replica_load is not None:
         hybrid.update(replica_load=np.asarray(replica_load, dtype=float), split=tuple(split))
+    if tail is not None:
+        hybrid.update(tail_load=np.asarray(tail, dtype=float)[None, :])
     return IntervalStats.from_stages(iterations, iterations, (0.2 * iterations + stall_s) * time_factor,
                                      stall_s * time_factor, tuple(boundaries), stages, **hybrid)
 
@@ -221,6 +225,45 @@ def test_ended_slowdowns_teach_how_long_an_imbalance_lasts(planner):
     assert fresh.expected_remaining_iterations(10) is None
     assert encoder.at_launch(planner.ideal_boundaries, planner.even)
     assert not encoder.at_launch((0, 3, 8, 12), planner.even)
+
+
+def onset_after(planner: Planner, spell_intervals: int) -> ObservationEncoder:
+    """An encoder that has seen six 2x spells of ``spell_intervals`` intervals on stage 2 end, then observes
+    an interval within which stage 2 slowed to 3x: its mean mixes the two conditions, its tail shows 3x."""
+    encoder, calm = ObservationEncoder(planner), [1, 1, 1, 1]
+    for _ in range(6):
+        for load in [calm] * 2 + [[1, 1, 2.0, 1]] * spell_intervals:
+            encoder.observe(stats_for(planner, planner.ideal_boundaries, load))
+    for _ in range(2):
+        encoder.observe(stats_for(planner, planner.ideal_boundaries, calm))
+    encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1], cv=[0.05, 0.05, 0.6, 0.05],
+                              tail=[1, 1, 3.0, 1]))
+    return encoder
+
+
+def test_a_slowdowns_onset_is_offered_the_re_split_that_fits_the_intervals_tail(planner):
+    encoder = onset_after(planner, spell_intervals=6)  # spells of 300 iterations: lasting ones
+    assert encoder.transient and encoder.onset is not None
+    fitted = planner.plan(np.array([1, 1, 3.0, 1]))
+    assert encoder.onset.plan == (fitted, planner.even) and fitted != encoder.targets.replan  # not the mean's
+    mask = encoder.action_mask(planner.ideal_boundaries)
+    assert mask[ONSET] and encoder.decode(ONSET, planner.ideal_boundaries) == (fitted, planner.even)
+    observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 3.0, 1]))
+    assert encoder.onset is None and not encoder.action_mask(planner.ideal_boundaries)[ONSET]  # a steady interval
+    assert global_feature(encoder, observation, G.ONSET) == 0
+
+
+def test_no_onset_re_split_without_a_history_of_lasting_slowdowns(planner):
+    short = onset_after(planner, spell_intervals=1)  # spells of 50 iterations: over 2 intervals after the tail
+    assert short.transient and short.onset is None  # ... in none of them
+    fresh, calm = ObservationEncoder(planner), [1, 1, 1, 1]
+    for _ in range(3):
+        fresh.observe(stats_for(planner, planner.ideal_boundaries, calm))
+    observation = fresh.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1],
+                                          cv=[0.05, 0.05, 0.6, 0.05], tail=[1, 1, 3.0, 1]))
+    assert fresh.transient and fresh.onset is None  # nothing ended yet: no history to bet on
+    assert global_feature(fresh, observation, G.ONSET) == 0
+    assert not fresh.action_mask(planner.ideal_boundaries)[ONSET]
 
 
 def test_each_levers_round_trip_margin_is_observed(planner):

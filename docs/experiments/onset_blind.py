@@ -4,7 +4,8 @@ first named, with moves (repartitions and rebalances) an hour.
 
 Names: any policy `make_policy` knows (`onset-blind`, `oracle`, `ppo`, ...); `ob:lag_intervals=1` (the onset-blind
 oracle told of a slowdown only once a whole interval has shown it); `fe:min_gain=0.01` (`falcon-early` with another
-argument). The README's table (Results, "Is the oracle's lead out of a causal policy's reach?") is
+argument; `fe:onset=0`, without its onset re-split: `falcon-early` before 2026-12-05 21:00); `true-plan`
+(`falcon-early`'s timing with the plan best for the true conditions now). The README's table (Results, "Is the oracle's lead out of a causal policy's reach?") is
 
     .venv/bin/python docs/experiments/onset_blind.py 4x1 \
         "falcon-early,oracle,onset-blind,ob:lag_intervals=1,fe:min_gain=0.01,ppo" 10 4242 heavy,drift,persistent,mixed
@@ -23,7 +24,21 @@ from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.seeds import EPISODE_SEED_STRIDE
 
 PRESETS = ["none","light","heavy","bursty","drift","periodic","jitter","persistent","seqlen","network","mixed"]
+class TruePlanFalcon(EarlyFalconPolicy):
+    """`falcon-early`'s timing with the plan best for the true conditions now (simulation only): how much of the
+    oracle's lead is the estimates' error in what a move should be."""
+
+    def act(self, observation, mask, context):
+        action = super().act(observation, mask, context)
+        if action == 0:
+            return action
+        best = context.future.candidates(0.0, 1)[0]
+        return best if best != (tuple(context.boundaries), tuple(context.split or context.encoder.split)) else 0
+
+
 def build(name):
+    if name == "true-plan":
+        return TruePlanFalcon()
     if name.startswith("fe:"):
         kw = dict(p.split("=") for p in name[3:].split(";"))
         return EarlyFalconPolicy(**{k: float(v) for k, v in kw.items()})

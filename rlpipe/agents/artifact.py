@@ -40,8 +40,8 @@ class ArtifactMeta:
     num_actions: int
     hidden_sizes: list[int]
     activation: str = "tanh"
-    action_layout: str = ("0 keep, 1 replan, 2 rebalance, 3 replan+rebalance, 4+2(i-1) boundary i -1, "
-                          "5+2(i-1) boundary i +1")
+    action_layout: str = ("0 keep, 1 replan, 2 rebalance, 3 replan+rebalance, 4 onset re-split, "
+                          "5+2(i-1) boundary i -1, 6+2(i-1) boundary i +1")
     training: dict[str, Any] = field(default_factory=dict)
     d_max: int = DEFAULT_D_MAX
 

@@ -348,9 +348,9 @@ class EarlyFalconPolicy(FalconPolicy):
     first) is FALCON's.
 
     It also re-splits at the onset interval itself, where the interval's last iterations show a large worsening
-    that this run's history says will last (``ObservationEncoder._onset``, the ``ONSET`` action): the rules skip that interval,
-    whose mean mixes two conditions, and on ``heavy`` acting a whole interval after the onset leaves most of
-    the oracle's lead (``docs/experiments/onset_blind.py``, ``docs/experiments/onset_resplit.py``).
+    that this run's history says will last (``ObservationEncoder._onset``, the ``ONSET`` action): the rules skip
+    that interval, whose mean mixes two conditions, and on ``heavy`` acting a whole interval after the onset
+    leaves most of the oracle's lead (``docs/experiments/onset_blind.py``).
     """
 
     early_stalls: float = EARLY_RESPLIT_STALLS

@@ -38,10 +38,10 @@ from rlpipe.runtime.interval import (
     IntervalMeter,
     StageReport,
     compute_dispersion,
-    tail_compute,
     exchange_reports,
     interval_statistics,
     log_record,
+    tail_compute,
 )
 from rlpipe.runtime.layers import initialise, is_materialised
 from rlpipe.runtime.mesh import Mesh, ParallelDims

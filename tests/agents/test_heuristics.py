@@ -331,3 +331,38 @@ def test_the_onset_blind_oracle_knows_a_slowdown_under_way_but_none_to_come():
     assert None not in firsts and firsts[0] < firsts[1] < firsts[2]
     with pytest.raises(InputError, match="simulation only"):
         make_policy("onset-blind", live=True)
+
+
+def moves_after(policy, env: RepartitionEnv, onset_s: float) -> list[tuple[float, float]]:
+    """Driving ``env`` to its end: the (start, end) in simulated s of each interval observed before a decision
+    that changed the partition, from the interval in which ``onset_s`` falls on."""
+    moves, done = [], False
+    policy.reset()
+    while not done:
+        latest, boundaries = env.encoder.latest, env.boundaries
+        observed = (env.time_s - latest.wall_s, env.time_s)
+        decision = policy.act(None, env.action_masks(), DecisionContext(env.encoder, env.boundaries, env.future()))
+        *_, terminated, truncated, _ = env.step(decision)
+        done = terminated or truncated
+        if env.boundaries != boundaries:
+            moves.append(observed)
+    return [move for move in moves if move[1] > onset_s]
+
+
+def test_falcon_early_re_splits_at_a_lasting_slowdowns_onset_an_interval_before_its_count_can():
+    """Three 3x spells of 5 minutes on device 2 have ended; at the fourth's onset, the interval within which it
+    began, falcon-early re-splits to the partition its tail shows, where without the onset test it waits for a
+    whole interval of the slowdown."""
+    spells = [(60.0 + 360.0 * k, 360.0 + 360.0 * k) for k in range(4)]
+    times = np.array([0.0] + [t for spell in spells for t in spell])
+    slow = np.ones((len(times), 4))
+    slow[1::2, 2] = 3.0
+    trace = InterferenceTrace(times, slow, np.ones((len(times), 3)), 1500.0)
+    first = {}
+    for policy in (EarlyFalconPolicy(), EarlyFalconPolicy(onset=False)):
+        env = env_with_slowdown(1.0)
+        env.reset(seed=0, options={"trace": trace})
+        first[policy.onset] = moves_after(policy, env, spells[3][0])[0]
+    onset_s = spells[3][0]
+    assert first[True][0] < onset_s < first[True][1]  # decided on the interval the slowdown began in
+    assert first[False][0] >= onset_s  # only after a whole interval of it

@@ -258,3 +258,21 @@ def test_colocation_needs_real_device_time():
                              "--device-time", "emulated", "--interference", "heavy", "--inject", "colocate"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "colocate" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_an_intervals_tail_load_shows_a_slowdown_that_began_within_it(tmp_path):
+    """Each device's ``tail_load`` reads its load over the interval's last timed iterations: in the interval
+    within which a 4x slowdown began, the slowed device's tail reads above its mean (which mixes the two
+    conditions); in steady intervals the two agree."""
+    (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n90,1,4.0\n")
+    records, _ = run(tmp_path, "onset", "--stages", "2", "--microbatches", "4", "--batch", "16",
+                     "--duration-s", "12", "--interval", "6", "--device-time", "emulated",
+                     "--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "20")
+    slowed = [r["replicas"][0]["stages"][1] for r in records]
+    onset = [i for i, (before, r) in enumerate(zip(records, records[1:]), 1)
+             if before["trace_time_s"] < 90.0 <= r["trace_time_s"]]
+    assert len(onset) == 1 and records[-1]["trace_time_s"] > 90.0
+    assert slowed[onset[0]]["tail_load"] > 1.05 * slowed[onset[0]]["device_load"]
+    steady = [s for i, s in enumerate(slowed) if i not in (0, onset[0])]  # past the warm-up, no change within
+    assert steady and all(abs(s["tail_load"] / s["device_load"] - 1) < 0.15 for s in steady)
