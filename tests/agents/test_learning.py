@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+import torch
 
 from rlpipe.agents import make_policy
 from rlpipe.agents.imitation import BehaviourAnchor, CloningLoss, PrivilegedTeacher, clone, collect, learner_action
@@ -112,12 +113,21 @@ def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
     assert repeated[True] >= cloned and repeated[True] >= repeated[False] + 0.1, (cloned, repeated)
 
 
+def untrained_learner():
+    """An untrained MaskablePPO learner that moves layers about. SB3 starts the action head at gain 0.01, whose
+    near-equal logits a few features can tip to the same action in every state (keep, on observation v8); a
+    unit-scale head makes the untrained actor's choice depend on the state, as the tests below need."""
+    from sb3_contrib import MaskablePPO
+
+    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0)
+    torch.nn.init.normal_(learner.policy.action_net.weight, std=1.0, generator=torch.Generator().manual_seed(0))
+    return learner
+
+
 def test_dagger_labels_the_states_the_learner_reaches():
     """With a learner, the learner's decisions drive the episodes and the teacher labels what it reaches:
     the same first state, then other states than the teacher's own episodes, every label valid there."""
-    from sb3_contrib import MaskablePPO
-
-    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0)  # untrained: it moves layers about
+    learner = untrained_learner()
     own = collect(STRAGGLER, "threshold", 300)
     learners = collect(STRAGGLER, "threshold", 300, learner=learner)
     assert np.array_equal(own.observations[0], learners.observations[0])
@@ -128,9 +138,7 @@ def test_dagger_labels_the_states_the_learner_reaches():
 def test_the_learners_decision_from_its_actor_is_sb3s_deterministic_prediction():
     """DAgger asks the learner's actor alone; on the states it reaches (an untrained learner: every kind of
     action), the decisions are MaskablePPO.predict's, deterministic, with the same masks."""
-    from sb3_contrib import MaskablePPO
-
-    learner = MaskablePPO("MlpPolicy", RepartitionEnv(**STRAGGLER), seed=0)
+    learner = untrained_learner()
     reached = collect(STRAGGLER, "threshold", 300, learner=learner)
     predicted = [int(learner.predict(o, action_masks=m, deterministic=True)[0])
                  for o, m in zip(reached.observations, reached.masks, strict=True)]
