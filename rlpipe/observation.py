@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 9), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 8), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -45,13 +45,9 @@ job waits for its slowest replica); the replica block keeps every device.
   re-plan-and-rebalance plan (1: the re-plan, whose plan it is; -1: the rebalance; 0: its own action; a network
   cannot tell equal figures apart exactly: version 6), and for the two re-split levers (re-plan, both) whether
   ``falcon-early``'s test passes: the rules' whole test, or the same after one interval that already lost
-  ``EARLY_RESPLIT_STALLS`` stalls (1/0: version 7; since version 9 on ``falcon-early``'s own count, below), and
-  the onset re-split (version 8): whether its test passes (1/0, :meth:`ObservationEncoder._onset`), its gain and
-  its cost (0 where it does not), and for the two re-split levers ``falcon-early``'s own ski-rental count (version
-  9): it counts gains above ``KEEN_MIN_GAIN`` and ``KEEN_NOISE_MULTIPLE`` times the estimates' noise (the rules:
-  3% and 3 times), starts again whenever the partition or the split changes, and its round trip is judged by how
-  long it has held rather than by the most slowed device's age (:meth:`ObservationEncoder.round_trip_saving`).
-  Stalls are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
+  ``EARLY_RESPLIT_STALLS`` stalls (1/0: version 7), and the onset re-split (version 8): whether its test
+  passes (1/0, :meth:`ObservationEncoder._onset`), its gain and its cost (0 where it does not). Stalls are in
+  units of ``ITERATIONS_UNIT`` iterations at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
@@ -81,7 +77,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats, tail_iterations
 
-OBSERVATION_VERSION = 9
+OBSERVATION_VERSION = 8
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -89,7 +85,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 40
+GLOBAL_FEATURES = 38
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -105,8 +101,6 @@ ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where 
 RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
 RULE_MIN_SURVIVAL = 0.3  # and how likely the imbalance must be to last as long again
 EARLY_RESPLIT_STALLS = 4.0  # falcon-early (the policy's teacher) re-splits after 1 interval that lost this many stalls
-KEEN_MIN_GAIN = 0.01  # falcon-early's re-split count: gains above 1%,
-KEEN_NOISE_MULTIPLE = 2.0  # and above twice the estimates' noise (the rules: 3% and 3 times)
 ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
 ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
 KEEP, REPLAN, REBALANCE, BOTH, ONSET = 0, 1, 2, 3, 4
@@ -130,13 +124,10 @@ class G:
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
     REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS, BOTH_VIA = range(29, 33)
     REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY, ONSET, ONSET_GAIN, ONSET_COST = range(33, 38)
-    REPLAN_KEEN_LOST, BOTH_KEEN_LOST = range(38, 40)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
-# the re-split levers' falcon-early test: its flag, and its own count's lost time (version 9)
-EARLY_FLAGS = {G.REPLAN_PAYS: (G.REPLAN_PAYS_EARLY, G.REPLAN_KEEN_LOST),
-               G.BOTH_PAYS: (G.BOTH_PAYS_EARLY, G.BOTH_KEEN_LOST)}
+EARLY_FLAGS = {G.REPLAN_PAYS: G.REPLAN_PAYS_EARLY, G.BOTH_PAYS: G.BOTH_PAYS_EARLY}  # the re-splits' early tests
 
 
 @dataclass
@@ -312,9 +303,6 @@ class ObservationEncoder:
         self.lost_time = LostTime()
         self.rebalance_lost_time = LostTime()  # restarted at every change of partition or split
         self.both_lost_time = LostTime()  # re-plan and rebalance together; restarted likewise
-        # falcon-early's re-split counts (the re-plan's, and re-plan and rebalance together), restarted likewise
-        self.keen_lost_time = LostTime(KEEN_MIN_GAIN, KEEN_NOISE_MULTIPLE)
-        self.keen_both_lost_time = LostTime(KEEN_MIN_GAIN, KEEN_NOISE_MULTIPLE)
         self._running: tuple | None = None  # the (partition, split) of the last interval
         self._mask_cache: tuple | None = None
         self.onset: Onset | None = None  # the latest interval's onset re-split, where its test passed (:meth:`_onset`)
@@ -439,24 +427,16 @@ class ObservationEncoder:
         return max(further, age - self._past_sorted[-min_seen])
 
     def round_trip_saving(self, held_iterations: int, figures: np.ndarray | Sequence[float],
-                          plan: tuple[tuple[int, ...], tuple[int, ...]],
-                          by_count_age: bool = False) -> tuple[float, float] | None:
+                          plan: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[float, float] | None:
         """What a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
         its stall s), would save over the imbalance's expected remaining life (at the iteration time now), and
         its stall, both seconds; None where no round trip is to be paid for: home to the launch plan, or too
         few slowdowns seen end to judge (:meth:`expected_remaining_iterations`). The imbalance's age is how
         long the most slowed device has been disturbed, or ``held_iterations`` (how long a ski-rental count
-        has held) if longer: a plan fitted to a slowdown that ended.
-
-        ``by_count_age`` (``falcon-early``'s re-split): the age is ``held_iterations`` alone, the age of what the
-        count answers. Under a straggler that lasts the whole run, the most slowed device's age is the
-        straggler's, and a pause of a second on another device, moved for and back, then passed as an
-        imbalance of the straggler's age (``mixed`` on a fast model: 136 repartitions an hour where the oracle
-        made 6)."""
+        has held) if longer: a plan fitted to a slowdown that ended."""
         if self.at_launch(*plan):
             return None
-        age = held_iterations if by_count_age else max(held_iterations, self.imbalance_age_iterations)
-        remaining_iterations = self.expected_remaining_iterations(age)
+        remaining_iterations = self.expected_remaining_iterations(max(held_iterations, self.imbalance_age_iterations))
         if remaining_iterations is None:
             return None
         now_ms, after_ms, stall_s = figures
@@ -669,21 +649,18 @@ class ObservationEncoder:
         noise_level, noise = self._noise_levels()
         transient = self.transient
         running = (tuple(stats.boundaries), split)
-        keen_counts = {G.REPLAN_PAYS: self.keen_lost_time, G.BOTH_PAYS: self.keen_both_lost_time}
         if self._running is not None and running != self._running:  # the job changed: the escalation starts again
-            for count in (self.rebalance_lost_time, self.both_lost_time, *keen_counts.values()):
-                count.reset()
+            self.rebalance_lost_time.reset()
+            self.both_lost_time.reset()
         self._running = running
         replan_count, rebalance_count, both_count = counts = (self.lost_time, self.rebalance_lost_time,
                                                               self.both_lost_time)
         if self.imbalance_moved:
-            for count in (*counts, *keen_counts.values()):
+            for count in counts:
                 count.reset()
         replan_count.update(now_ms, replan_ms, noise, stats, targets.replan != running[0], transient)
         rebalance_count.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != split, transient)
         both_count.update(now_ms, both_ms, noise, stats, targets.both != running, transient)
-        keen_counts[G.REPLAN_PAYS].update(now_ms, replan_ms, noise, stats, targets.replan != running[0], transient)
-        keen_counts[G.BOTH_PAYS].update(now_ms, both_ms, noise, stats, targets.both != running, transient)
         unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
         g = self._global_base
         observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
@@ -721,14 +698,9 @@ class ObservationEncoder:
             # a count that is not running (lost 0) is a lever not possible now
             running_pays_lasts = count.lost_s > 0 and round_trip_pays(saving) and likely_to_last  # all but the count
             observation[g + pays] = float(running_pays_lasts and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
-            if pays in EARLY_FLAGS:  # falcon-early's test, on its own count
-                early, keen_lost = EARLY_FLAGS[pays]
-                keen = keen_counts[pays]
-                observation[g + keen_lost] = keen.lost_s / max(stall_s, 1e-9) if keen.lost_s else 0.0
-                keen_saving = self.round_trip_saving(keen.held_iterations, (now_ms, after_ms, stall_s), plan,
-                                                     by_count_age=True)
-                observation[g + early] = float(keen.lost_s > 0 and round_trip_pays(keen_saving) and likely_to_last
-                                               and keen.reached(stall_s, RULE_CONFIRM_INTERVALS, EARLY_RESPLIT_STALLS))
+            if pays in EARLY_FLAGS:
+                observation[g + EARLY_FLAGS[pays]] = float(running_pays_lasts and count.reached(
+                    stall_s, RULE_CONFIRM_INTERVALS, EARLY_RESPLIT_STALLS))
         if self.onset is not None:
             observation[g + G.ONSET] = 1.0
             observation[g + G.ONSET_GAIN] = self.onset.gain

@@ -27,8 +27,6 @@ from rlpipe.envs.repartition import FutureView, Plan
 from rlpipe.observation import (
     BOTH,
     EARLY_RESPLIT_STALLS,
-    KEEN_MIN_GAIN,
-    KEEN_NOISE_MULTIPLE,
     KEEP,
     ONSET,
     REBALANCE,
@@ -251,16 +249,15 @@ def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationE
 
 
 def pays_round_trip(count: LostTime, figures: np.ndarray, encoder: ObservationEncoder,
-                    plan: tuple[tuple[int, ...], tuple[int, ...]], round_trip: float,
-                    by_count_age: bool = False) -> bool:
+                    plan: tuple[tuple[int, ...], tuple[int, ...]], round_trip: float) -> bool:
     """Whether a move to ``plan`` (partition, split), with ``figures`` (predicted iteration ms now, after it,
     its stall s), pays for its round trip: the time it saves over the imbalance's expected remaining life
-    (:meth:`ObservationEncoder.round_trip_saving`, the imbalance's age at least how long ``count`` has held;
-    ``by_count_age``: exactly that long) must reach ``round_trip`` stalls. Home to the launch plan it always
-    pays; with too little history to judge, too: the ski-rental count alone decides."""
+    (:meth:`ObservationEncoder.round_trip_saving`, the imbalance's age at least how long ``count`` has held)
+    must reach ``round_trip`` stalls. Home to the launch plan it always pays; with too little history to
+    judge, too: the ski-rental count alone decides."""
     if round_trip <= 0:  # off: no need to estimate the saving
         return True
-    return round_trip_pays(encoder.round_trip_saving(count.held_iterations, figures, plan, by_count_age), round_trip)
+    return round_trip_pays(encoder.round_trip_saving(count.held_iterations, figures, plan), round_trip)
 
 
 @dataclass
@@ -282,11 +279,7 @@ class FalconPolicy(PolicyBase):
     min_survival (0.3), round_trip (3); and early_stalls: a re-split (not a rebalance) may fire after one
     interval once the time lost reaches this many of its stalls (0: off, as FALCON; see
     :class:`EarlyFalconPolicy`); onset: a re-split may also fire at a slowdown's onset interval, where the
-    encoder's onset test passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``); keen:
-    the re-split's count counts gains above ``KEEN_MIN_GAIN`` (1%) and ``KEEN_NOISE_MULTIPLE`` (2) times the
-    estimates' noise, and its round trip is judged by how long that count has held (False, as FALCON: the
-    re-split's count is the rebalance's, ``min_gain`` and ``noise_multiple``, its round trip judged by the
-    imbalance's age).
+    encoder's onset test passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``).
     """
 
     min_gain: float = 0.03
@@ -296,7 +289,6 @@ class FalconPolicy(PolicyBase):
     round_trip: float = ROUND_TRIP_STALLS
     early_stalls: float = 0.0
     onset: bool = False
-    keen: bool = False
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
@@ -304,8 +296,7 @@ class FalconPolicy(PolicyBase):
 
     def __post_init__(self) -> None:
         self._rebalance = LostTime(self.min_gain, self.noise_multiple)
-        self._replan = LostTime(*((KEEN_MIN_GAIN, KEEN_NOISE_MULTIPLE) if self.keen
-                                  else (self.min_gain, self.noise_multiple)))
+        self._replan = LostTime(self.min_gain, self.noise_multiple)
 
     def reset(self) -> None:
         self._rebalance.reset()
@@ -323,7 +314,7 @@ class FalconPolicy(PolicyBase):
             fires = ski_rental_fires(self._replan, encoder.replan_figures, encoder, bool(mask[REPLAN]),
                                      self.confirm_intervals, self.min_survival, self.early_stalls)
             pays = fires and pays_round_trip(self._replan, encoder.replan_figures, encoder,
-                                             (targets.replan, encoder.split), self.round_trip, self.keen)
+                                             (targets.replan, encoder.split), self.round_trip)
             return REPLAN if pays else ONSET if self.onset and mask[ONSET] else KEEP
         rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
                                      self.confirm_intervals, self.min_survival)
@@ -335,8 +326,7 @@ class FalconPolicy(PolicyBase):
                             if plan == targets.both and mask[action]), BOTH)
         resplit = ski_rental_fires(self._replan, encoder.both_figures, encoder, bool(mask[both_action]),
                                    self.confirm_intervals, self.min_survival, self.early_stalls)
-        if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip,
-                                       self.keen):
+        if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip):
             return both_action
         if self.onset and mask[ONSET]:
             return ONSET
@@ -354,25 +344,17 @@ class EarlyFalconPolicy(FalconPolicy):
     slowdowns lose that much in one interval, and those, in the presets, are mostly lasting ones (co-location
     and fail-slow stragglers of minutes): FALCON then re-splits an interval later than it could. The rebalance
     keeps its two intervals (confirmed after one, whatever the loss, it lost on replicated ``mixed`` and
-    ``persistent`` jobs: ``docs/experiments/early_resplit.py``). The survival test and the rebalance first are
-    FALCON's.
+    ``persistent`` jobs: ``docs/experiments/early_resplit.py``). Every other test (survival, round trip, rebalance
+    first) is FALCON's.
 
     It also re-splits at the onset interval itself, where the interval's last iterations show a large worsening
     that this run's history says will last (``ObservationEncoder._onset``, the ``ONSET`` action): the rules skip
     that interval, whose mean mixes two conditions, and on ``heavy`` acting a whole interval after the onset
     leaves most of the oracle's lead (``docs/experiments/onset_blind.py``).
-
-    And its re-split is keen (``keen``, since 2026-12-06): its count counts gains above 1% and twice the
-    estimates' noise, where the rules ask 3% and 3 times, so that a lasting imbalance of 1-3% (a slowdown that
-    a coarse partition cannot fit exactly, the steps of a drift) is acted on once it has paid its stall; and
-    its round trip is judged by how long that count has held, the age of what it answers, rather than by the
-    most slowed device's: under a straggler that lasts the whole run, every pause of a second elsewhere was
-    judged as old as the straggler, and moved for and back (``docs/experiments/keen_resplit.py``).
     """
 
     early_stalls: float = EARLY_RESPLIT_STALLS
     onset: bool = True
-    keen: bool = True
     name: str = "falcon-early"
 
 
