@@ -56,9 +56,11 @@ def job(args):
         r = run_episode(env, build(name), seed * EPISODE_SEED_STRIDE + ep, preset)
         out.append((r.efficiency, r.repartitions_per_hour + r.rebalances_per_hour))
     return (layout, preset, name), out
-if __name__ == "__main__":
-    layout, names, episodes, seed = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])
-    presets = sys.argv[5].split(",") if len(sys.argv) > 5 else PRESETS
+def main(argv):
+    """The table for ``argv`` (LAYOUT NAMES EPISODES SEED [PRESETS]); episodes run in 2 forked processes, each
+    building its policies with this module's ``build`` (another script may replace it before calling)."""
+    layout, names, episodes, seed = argv[1], argv[2].split(","), int(argv[3]), int(argv[4])
+    presets = argv[5].split(",") if len(argv) > 5 else PRESETS
     tasks = [(layout, p, n, episodes, seed) for p in presets for n in names]
     with Pool(2) as pool:
         res = dict(pool.map(job, tasks))
@@ -75,3 +77,7 @@ if __name__ == "__main__":
                 row.append(f"{n}: {e.mean()-b.mean():+.4f} ({np.mean([m for _, m in res[(layout,p,n)]]):.1f}/h)")
         print(" | ".join(row))
     print("mean " + " | ".join(f"{n}: {np.mean(v):.4f}" for n, v in means.items()))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
