@@ -225,7 +225,7 @@ def run() -> dict:
                     "ppo_phase_steps_per_s_highest": max(phase_rates), "ppo_phase_steps_per_s_runs": phase_rates,
                     "ppo_phase_target_steps_per_s": 3_000, "ppo_phase_steps_per_s_vec_env_dummy": dummy[0],
                     "ppo_phase_shipped_over_dummy": median_run[0] / dummy[0],
-                    # 52,428 decisions imitated, 3 DAgger rounds of 17,476, 28,672 critic steps, then PPO
+                    # 52,428 decisions imitated, the config's DAgger rounds of 17,476, 28,672 critic steps, then PPO
                     "train_run_131k_steps_per_s": median_run[1],
                     # the measure reported until 2026-12-04 (then with one torch thread), for comparison
                     "ppo_from_scratch_steps_per_s": ppo_phase_steps_per_s(65_536, imitate=False)[0],
