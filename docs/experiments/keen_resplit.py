@@ -29,7 +29,8 @@ On 66 held-out episodes of the training distribution it lost: `falcon-early` 0.9
 rebalances on timer biases (a 2 x 8 job on `none`: -0.0157) and from hybrid escalations: the re-split's count
 restarts at the rebalance, so judged by its own age the lasting imbalance looked too young to move for (`mixed`,
 4 x 2, mlp16: -0.0714). A policy retrained to imitate `keen` (observation v9, the same command as the shipped one)
-scored 0.9445 on the 22 scoring episodes against the then-shipped 0.9466 (three DAgger rounds): not shipped, the change reverted.
+scored 0.9445 on the 22 scoring episodes against the then-shipped 0.9466 (three DAgger rounds): not shipped, the
+change reverted.
 """
 import sys
 from dataclasses import dataclass
