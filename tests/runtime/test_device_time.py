@@ -280,8 +280,8 @@ def test_an_intervals_tail_load_shows_a_slowdown_that_began_within_it(tmp_path):
     onset_stage = slowed[onset[0]]
     assert onset_stage["device_load"] == pytest.approx(mix, rel=0.1)
     assert onset_stage["tail_load"] > onset_stage["device_load"]
-    # with the tail's 2 of 6 iterations slowed throughout, the mean is at least (2 x 4 + 4 x 1) / 6 = 2; at
-    # least that mean, the last 2 ran slowed (the slowed iterations are the interval's latest)
+    # the slowed iterations are the interval's latest: a mean of 2 or more over its 6, (2 x 4 + 4 x 1) / 6, needs
+    # the last 2 (the tail) slowed throughout
     if mix >= 2.0 + 0.1:
         assert onset_stage["tail_load"] == pytest.approx(4.0, rel=0.1)
     steady = [s for i, s in enumerate(slowed) if i not in (0, onset[0])]  # past the warm-up, no change within
