@@ -260,29 +260,37 @@ def test_colocation_needs_real_device_time():
     assert result.returncode == 2 and "colocate" in result.stderr and "Traceback" not in result.stderr
 
 
+def run_until_an_interval_holds_the_onset(tmp_path, tries: int = 3) -> tuple[list[dict], int]:
+    """A 2-stage run whose device 1 slows 4x at trace second 90, and the interval within which that began.
+    Trace time follows the wall clock, so the onset falls wherever the machine's speed puts it, now and then in
+    the short gap between two intervals (the exchange and the decision), where no interval mixes the two
+    conditions: the run is then repeated, ``tries`` times at most."""
+    (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n90,1,4.0\n")
+    for attempt in range(tries):
+        records, _ = run(tmp_path, f"onset{attempt}", "--stages", "2", "--microbatches", "4", "--batch", "16",
+                         "--duration-s", "12", "--interval", "6", "--device-time", "emulated",
+                         "--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "20")
+        assert records[-1]["injected_slowdown"][1] == pytest.approx(4.0)  # the run reached the slowdown
+        mixed = [i for i, r in enumerate(records) if 1.0 + 1e-6 < r["injected_slowdown"][1] < 4.0 - 1e-6]
+        if mixed:
+            return records, mixed[0]
+    pytest.fail(f"in {tries} runs the slowdown's onset never fell inside an interval")
+
+
 @pytest.mark.slow
 def test_an_intervals_tail_load_shows_a_slowdown_that_began_within_it(tmp_path):
     """Each device's ``tail_load`` reads its load over the interval's last timed iterations: in the interval
     within which a 4x slowdown began, the slowed device's mean mixes the two conditions as the injection did,
     and its tail reads above that mean (and the 4x itself where the tail's iterations all ran slowed); in steady
-    intervals the two agree. Where in the interval the onset falls depends on the machine's speed (trace time
-    follows the wall clock), so the expectations are the injection's own mix, not a fixed margin."""
-    (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n90,1,4.0\n")
-    records, _ = run(tmp_path, "onset", "--stages", "2", "--microbatches", "4", "--batch", "16",
-                     "--duration-s", "12", "--interval", "6", "--device-time", "emulated",
-                     "--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "20")
+    intervals the two agree."""
+    records, onset = run_until_an_interval_holds_the_onset(tmp_path)
     slowed = [r["replicas"][0]["stages"][1] for r in records]
-    onset = [i for i, (before, r) in enumerate(zip(records, records[1:]), 1)
-             if before["trace_time_s"] < 90.0 <= r["trace_time_s"]]
-    assert len(onset) == 1 and records[-1]["trace_time_s"] > 90.0
-    mix = records[onset[0]]["injected_slowdown"][1]  # the onset interval's mean slowdown on the slowed device
-    assert 1.0 < mix < 4.0
-    onset_stage = slowed[onset[0]]
-    assert onset_stage["device_load"] == pytest.approx(mix, rel=0.1)
-    assert onset_stage["tail_load"] > onset_stage["device_load"]
+    mix = records[onset]["injected_slowdown"][1]  # the onset interval's mean slowdown on the slowed device
+    assert slowed[onset]["device_load"] == pytest.approx(mix, rel=0.1)
+    assert slowed[onset]["tail_load"] > slowed[onset]["device_load"]
     # the slowed iterations are the interval's latest: a mean of 2 or more over its 6, (2 x 4 + 4 x 1) / 6, needs
     # the last 2 (the tail) slowed throughout
     if mix >= 2.0 + 0.1:
-        assert onset_stage["tail_load"] == pytest.approx(4.0, rel=0.1)
-    steady = [s for i, s in enumerate(slowed) if i not in (0, onset[0])]  # past the warm-up, no change within
+        assert slowed[onset]["tail_load"] == pytest.approx(4.0, rel=0.1)
+    steady = [s for i, s in enumerate(slowed) if i not in (0, onset)]  # past the warm-up, no change within
     assert steady and all(abs(s["tail_load"] / s["device_load"] - 1) < 0.15 for s in steady)
