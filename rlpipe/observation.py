@@ -46,8 +46,12 @@ job waits for its slowest replica); the replica block keeps every device.
   cannot tell equal figures apart exactly: version 6), and for the two re-split levers (re-plan, both) whether
   ``falcon-early``'s test passes: the rules' whole test, or the same after one interval that already lost
   ``EARLY_RESPLIT_STALLS`` stalls (1/0: version 7), and the onset re-split (version 8): whether its test
-  passes (1/0, :meth:`ObservationEncoder._onset`), its gain and its cost (0 where it does not). Stalls are in
-  units of ``ITERATIONS_UNIT`` iterations at the current speed.
+  passes (1/0, :meth:`ObservationEncoder._onset`), its gain and its cost (0 where it does not); version 10:
+  ``falcon-early``'s re-split of a replicated job passes its early test only where what it adds to the
+  rebalance pays its round trip too (:attr:`ObservationEncoder.escalation_figures`), and whether its
+  rebalance's test passes, which may fire after one interval that lost ``EARLY_REBALANCE_STALLS`` of its
+  stalls (1/0; version 9 was an experiment, never shipped: ``docs/experiments/keen_resplit.py``). Stalls
+  are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
 device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
@@ -77,7 +81,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats, tail_iterations
 
-OBSERVATION_VERSION = 8
+OBSERVATION_VERSION = 10
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -85,7 +89,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 38
+GLOBAL_FEATURES = 39
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -101,6 +105,7 @@ ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where 
 RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
 RULE_MIN_SURVIVAL = 0.3  # and how likely the imbalance must be to last as long again
 EARLY_RESPLIT_STALLS = 4.0  # falcon-early (the policy's teacher) re-splits after 1 interval that lost this many stalls
+EARLY_REBALANCE_STALLS = 4.0  # and rebalances after 1 interval that lost this many of the rebalance's stalls
 ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
 ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
 KEEP, REPLAN, REBALANCE, BOTH, ONSET = 0, 1, 2, 3, 4
@@ -123,11 +128,13 @@ class G:
     BOTH_LOST, REPLAN_CONFIRMED, REBALANCE_CONFIRMED, BOTH_CONFIRMED = range(22, 26)
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
     REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS, BOTH_VIA = range(29, 33)
-    REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY, ONSET, ONSET_GAIN, ONSET_COST = range(33, 38)
+    REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY, ONSET, ONSET_GAIN, ONSET_COST, REBALANCE_PAYS_EARLY = range(33, 39)
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
-EARLY_FLAGS = {G.REPLAN_PAYS: G.REPLAN_PAYS_EARLY, G.BOTH_PAYS: G.BOTH_PAYS_EARLY}  # the re-splits' early tests
+EARLY_FLAGS = {G.REPLAN_PAYS: (G.REPLAN_PAYS_EARLY, EARLY_RESPLIT_STALLS),  # falcon-early's tests after one interval
+               G.BOTH_PAYS: (G.BOTH_PAYS_EARLY, EARLY_RESPLIT_STALLS),
+               G.REBALANCE_PAYS: (G.REBALANCE_PAYS_EARLY, EARLY_REBALANCE_STALLS)}
 
 
 @dataclass
@@ -325,6 +332,16 @@ class ObservationEncoder:
         """(predicted iteration ms now, after re-plan and rebalance together, their stall s)."""
         f = self.targets.figures
         return np.array([f[0], f[3], f[6]])
+
+    @property
+    def escalation_figures(self) -> np.ndarray:
+        """What a re-split of the layers adds to the rebalance, the cheap lever: (predicted iteration ms after
+        the rebalance, after re-plan and rebalance together, the stall s the pair costs beyond the rebalance's).
+        ``falcon-early`` re-splits a replicated job only where this pays its round trip too: the rebalance alone
+        otherwise gets what the re-split would, for less. On one pipeline, or where the split already fits, the
+        rebalance changes nothing and these are :attr:`both_figures`."""
+        f = self.targets.figures
+        return np.array([f[2], f[3], max(f[6] - f[5], 0.0)])
 
     @property
     def rebalance_figures(self) -> np.ndarray:
@@ -696,11 +713,15 @@ class ObservationEncoder:
             observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
             # a count that is not running (lost 0) is a lever not possible now
-            running_pays_lasts = count.lost_s > 0 and round_trip_pays(saving) and likely_to_last  # all but the count
-            observation[g + pays] = float(running_pays_lasts and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
-            if pays in EARLY_FLAGS:
-                observation[g + EARLY_FLAGS[pays]] = float(running_pays_lasts and count.reached(
-                    stall_s, RULE_CONFIRM_INTERVALS, EARLY_RESPLIT_STALLS))
+            running_lasts = count.lost_s > 0 and likely_to_last
+            observation[g + pays] = float(running_lasts and round_trip_pays(saving)
+                                          and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
+            if pays in EARLY_FLAGS:  # falcon-early's test; its re-split of a replicated job escalates
+                early_flag, early_stalls = EARLY_FLAGS[pays]
+                escalates = pays != G.BOTH_PAYS or round_trip_pays(
+                    self.round_trip_saving(count.held_iterations, self.escalation_figures, plan))
+                observation[g + early_flag] = float(running_lasts and round_trip_pays(saving) and escalates
+                                                    and count.reached(stall_s, RULE_CONFIRM_INTERVALS, early_stalls))
         if self.onset is not None:
             observation[g + G.ONSET] = 1.0
             observation[g + G.ONSET_GAIN] = self.onset.gain

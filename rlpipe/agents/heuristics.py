@@ -5,7 +5,7 @@
 - :class:`DynPipePolicy`: DynPipe's trigger-and-replan rule.
 - :class:`ThresholdPolicy`: the ski-rental rule: re-plan once the lost time pays the stall.
 - :class:`FalconPolicy`: FALCON's escalation for replicated jobs: micro-batches first, then layers.
-- :class:`EarlyFalconPolicy`: FALCON's escalation re-splitting an interval sooner after a large loss (ours; the
+- :class:`EarlyFalconPolicy`: FALCON's escalation acting an interval sooner after a large loss (ours; the
   learned policy's teacher).
 - :class:`OraclePolicy`: simulation only; sees the future and prices migrations and rebalances.
 - :class:`HindsightPolicy`: simulation only; the oracle's timing with the learned policy's actions (its teacher).
@@ -26,6 +26,7 @@ from rlpipe.envs.known_future import KnownConditions, KnownFutureView
 from rlpipe.envs.repartition import FutureView, Plan
 from rlpipe.observation import (
     BOTH,
+    EARLY_REBALANCE_STALLS,
     EARLY_RESPLIT_STALLS,
     KEEP,
     ONSET,
@@ -276,10 +277,12 @@ class FalconPolicy(PolicyBase):
     also pay for its round trip, as in the threshold rule. On one pipeline it is the threshold rule.
 
     Args (the threshold rule's, same defaults): min_gain (0.03), noise_multiple (3), confirm_intervals (2),
-    min_survival (0.3), round_trip (3); and early_stalls: a re-split (not a rebalance) may fire after one
-    interval once the time lost reaches this many of its stalls (0: off, as FALCON; see
-    :class:`EarlyFalconPolicy`); onset: a re-split may also fire at a slowdown's onset interval, where the
-    encoder's onset test passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``).
+    min_survival (0.3), round_trip (3); and early_stalls: a re-split may fire after one interval once the
+    time lost reaches this many of its stalls (0: off, as FALCON; see :class:`EarlyFalconPolicy`);
+    early_rebalance_stalls: the same for the rebalance (0: off); escalation: a re-split pays its round trip
+    with what it saves beyond the rebalance's plan, not beyond the plan running (False, as the rule always
+    was); onset: a re-split may also fire at a slowdown's onset interval, where the encoder's onset test
+    passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``).
     """
 
     min_gain: float = 0.03
@@ -288,6 +291,8 @@ class FalconPolicy(PolicyBase):
     min_survival: float = RULE_MIN_SURVIVAL
     round_trip: float = ROUND_TRIP_STALLS
     early_stalls: float = 0.0
+    early_rebalance_stalls: float = 0.0
+    escalation: bool = False
     onset: bool = False
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
@@ -317,7 +322,7 @@ class FalconPolicy(PolicyBase):
                                              (targets.replan, encoder.split), self.round_trip)
             return REPLAN if pays else ONSET if self.onset and mask[ONSET] else KEEP
         rebalance = ski_rental_fires(self._rebalance, encoder.rebalance_figures, encoder, bool(mask[REBALANCE]),
-                                     self.confirm_intervals, self.min_survival)
+                                     self.confirm_intervals, self.min_survival, self.early_rebalance_stalls)
         rebalance = rebalance and pays_round_trip(self._rebalance, encoder.rebalance_figures, encoder,
                                                   (context.boundaries, targets.rebalance), self.round_trip)
         # the re-split comes with the split that fits it: which action reaches it
@@ -326,7 +331,9 @@ class FalconPolicy(PolicyBase):
                             if plan == targets.both and mask[action]), BOTH)
         resplit = ski_rental_fires(self._replan, encoder.both_figures, encoder, bool(mask[both_action]),
                                    self.confirm_intervals, self.min_survival, self.early_stalls)
-        if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip):
+        if resplit and pays_round_trip(self._replan, encoder.both_figures, encoder, targets.both, self.round_trip) and (
+                not self.escalation
+                or pays_round_trip(self._replan, encoder.escalation_figures, encoder, targets.both, self.round_trip)):
             return both_action
         if self.onset and mask[ONSET]:
             return ONSET
@@ -342,18 +349,27 @@ class EarlyFalconPolicy(FalconPolicy):
     interval has lost more than the move's round trip (its stall there and back, with the time lost in
     between: ``round_trip``, 3 stalls), waiting to confirm risks more than a wrong move costs. Only large
     slowdowns lose that much in one interval, and those, in the presets, are mostly lasting ones (co-location
-    and fail-slow stragglers of minutes): FALCON then re-splits an interval later than it could. The rebalance
-    keeps its two intervals (confirmed after one, whatever the loss, it lost on replicated ``mixed`` and
-    ``persistent`` jobs: ``docs/experiments/early_resplit.py``). Every other test (survival, round trip, rebalance
-    first) is FALCON's.
+    and fail-slow stragglers of minutes): FALCON then re-splits an interval later than it could. A rebalance
+    confirmed after one interval whatever the loss lost on replicated ``mixed`` and ``persistent`` jobs
+    (``docs/experiments/early_resplit.py``); it skips the second only after a large loss, as the re-split (below).
+    Every other test (survival, round trip, rebalance first) is FALCON's.
 
     It also re-splits at the onset interval itself, where the interval's last iterations show a large worsening
     that this run's history says will last (``ObservationEncoder._onset``, the ``ONSET`` action): the rules skip
     that interval, whose mean mixes two conditions, and on ``heavy`` acting a whole interval after the onset
     leaves most of the oracle's lead (``docs/experiments/onset_blind.py``).
+
+    On a replicated job its escalation is strict: a re-split must also pay its round trip with what it adds to
+    the rebalance, for the stall it costs beyond the rebalance's (:attr:`ObservationEncoder.escalation_figures`).
+    FALCON re-splits wherever both levers' tests pass, and on small models with pauses of a second (``seqlen``,
+    4 x 4, mlp16) it paid a re-split's stall there and back for a plan the rebalance nearly reached, 8 to 12
+    times an hour. Its rebalance may then also fire after one interval that lost ``early_rebalance_stalls`` (4)
+    of its stalls, as the re-split may: the pauses there are over before a second interval confirms them.
     """
 
     early_stalls: float = EARLY_RESPLIT_STALLS
+    early_rebalance_stalls: float = EARLY_REBALANCE_STALLS
+    escalation: bool = True
     onset: bool = True
     name: str = "falcon-early"
 

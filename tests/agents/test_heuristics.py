@@ -258,7 +258,8 @@ def test_falcons_decisions_are_read_off_the_observation(rule):
                 read = "resplit" if resplit else REBALANCE if rebalance else KEEP
                 resplit_action = {1.0: REPLAN, -1.0: REBALANCE, 0.0: BOTH}[float(g[G.BOTH_VIA])]
                 resplit_flag = G.BOTH_PAYS_EARLY if falcon.early_stalls else G.BOTH_PAYS
-                flagged = resplit_action if g[resplit_flag] else REBALANCE if g[G.REBALANCE_PAYS] else KEEP
+                rebalance_flag = G.REBALANCE_PAYS_EARLY if falcon.early_rebalance_stalls else G.REBALANCE_PAYS
+                flagged = resplit_action if g[resplit_flag] else REBALANCE if g[rebalance_flag] else KEEP
                 early += bool(g[G.BOTH_PAYS_EARLY] and not g[G.BOTH_PAYS])
                 decisions, replicated = decisions + 1, replicated + 1
                 acted += action != KEEP
