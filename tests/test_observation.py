@@ -306,6 +306,21 @@ def test_each_levers_flag_says_whether_the_rules_whole_test_passes(planner):
     assert global_feature(encoder, observation, G.REBALANCE_PAYS) == 0  # one pipeline: nothing to rebalance
 
 
+def test_falcon_earlys_re_split_escalates_from_what_the_rebalance_reaches(planner):
+    """The escalation figures count a re-split's saving from the rebalance's plan, for its stall beyond the
+    rebalance's. On one pipeline the rebalance changes nothing: they are the pair's own figures, and the early
+    flag of the pair passes exactly where the rules' test or its early form does."""
+    encoder = ObservationEncoder(planner)
+    for _ in range(6):
+        observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 2.0, 1], iterations=10))
+        now_ms, rebalance_ms, both_ms = encoder.targets.figures[[0, 2, 3]]
+        assert rebalance_ms == now_ms and encoder.escalation_figures.tolist() == encoder.both_figures.tolist()
+        g = observation[encoder.size - GLOBAL_FEATURES:]
+        assert g[G.REBALANCE_PAYS_EARLY] == 0  # nothing to rebalance
+        assert g[G.BOTH_PAYS_EARLY] >= g[G.BOTH_PAYS]
+    assert g[G.BOTH_PAYS_EARLY] == 1
+
+
 def test_a_pause_hopping_to_another_device_starts_the_count_again_on_the_launch_plan(planner):
     """Time lost to a pause on stage 2 is no reason to act on a pause on stage 0 an interval later; off the
     launch plan the count goes on (there the loss may be the plan's own, fitted to a slowdown that ended)."""
