@@ -34,8 +34,6 @@ import numpy as np
 import onset_blind
 
 from rlpipe.agents.heuristics import EarlyFalconPolicy
-from rlpipe.envs import RepartitionEnv
-from rlpipe.envs.evaluation import run_episode
 from rlpipe.observation import ObservationEncoder
 
 
@@ -56,26 +54,15 @@ class WholeStallEscalation(EarlyFalconPolicy):
             ObservationEncoder.escalation_figures = figures
 
 
-VARIANTS = {"fe-old": lambda: EarlyFalconPolicy(escalation=False, early_rebalance_stalls=0.0, name="fe-old"),
-            "fe-whole": lambda: WholeStallEscalation(early_rebalance_stalls=0.0, name="fe-whole"),
-            "fe-esc": lambda: EarlyFalconPolicy(early_rebalance_stalls=0.0, name="fe-esc")}
-plain_build = onset_blind.build
-
-
-def build(name):
-    return VARIANTS[name]() if name in VARIANTS else plain_build(name)
-
-
-def held_out_job(task):
-    name, (scenario, seed), env_kwargs = task
-    env = RepartitionEnv(**{**env_kwargs, "duration_s": 1200.0, "min_duration_s": None})
-    return run_episode(env, build(name), seed, scenario).efficiency
+keen_resplit.VARIANTS.update({  # its build and held-out scoring then build these too
+    "fe-old": lambda: EarlyFalconPolicy(escalation=False, early_rebalance_stalls=0.0, name="fe-old"),
+    "fe-whole": lambda: WholeStallEscalation(early_rebalance_stalls=0.0, name="fe-whole"),
+    "fe-esc": lambda: EarlyFalconPolicy(early_rebalance_stalls=0.0, name="fe-esc")})
 
 
 if __name__ == "__main__":
-    onset_blind.build = build  # the worker processes fork after this: they build the variants too
-    keen_resplit.held_out_job = held_out_job
     if sys.argv[1] == "heldout":
         keen_resplit.held_out(sys.argv[2].split(","), int(sys.argv[3]))
     else:
+        onset_blind.build = keen_resplit.build  # the worker processes fork after this: they build the variants too
         onset_blind.main(sys.argv)
