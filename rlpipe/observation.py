@@ -81,7 +81,7 @@ from rlpipe.simulator import operation_graph, simulate_kernel
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats, tail_iterations
 
-OBSERVATION_VERSION = 10
+OBSERVATION_VERSION = 11
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -89,7 +89,7 @@ OBSERVATION_CLIP = 10.0  # every feature lies in [-OBSERVATION_CLIP, OBSERVATION
 STAGE_FEATURES = 8
 BOUNDARY_FEATURES = 4
 REPLICA_FEATURES = 4
-GLOBAL_FEATURES = 39
+GLOBAL_FEATURES = 40
 CONGESTED_LINK = 1.2  # a link counts as slowed when its estimated transfer takes this much longer
 ITERATIONS_UNIT = 10.0  # durations and stalls are counted in this many iterations
 ELEVATED_LOAD = 1.1  # a device counts as disturbed above this load, and this much above the typical device's
@@ -104,10 +104,13 @@ ROUND_TRIP_STALLS = 3.0  # the rules' round-trip test: a move away from the laun
 ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where the test does not apply
 RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
 RULE_MIN_SURVIVAL = 0.3  # and how likely the imbalance must be to last as long again
+RULE_MIN_GAIN = 0.03  # and the smallest predicted gain they count
 EARLY_RESPLIT_STALLS = 4.0  # falcon-early (the policy's teacher) re-splits after 1 interval that lost this many stalls
 EARLY_REBALANCE_STALLS = 4.0  # and rebalances after 1 interval that lost this many of the rebalance's stalls
+OUTLIVED_MIN_GAIN = 0.01  # and counts from this gain once the plan in force outlived the slowdown it was fitted to
 ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
 ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
+PLAN_MARGIN = 0.05  # the re-plan also tries the partition that fits the most slowed stage this much slower
 KEEP, REPLAN, REBALANCE, BOTH, ONSET = 0, 1, 2, 3, 4
 FIRST_MOVE = 5
 
@@ -129,6 +132,7 @@ class G:
     REPLAN_ROUND_TRIP, REBALANCE_ROUND_TRIP, BOTH_ROUND_TRIP = range(26, 29)
     REPLAN_PAYS, REBALANCE_PAYS, BOTH_PAYS, BOTH_VIA = range(29, 33)
     REPLAN_PAYS_EARLY, BOTH_PAYS_EARLY, ONSET, ONSET_GAIN, ONSET_COST, REBALANCE_PAYS_EARLY = range(33, 39)
+    PLAN_OUTLIVED = 39
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
@@ -152,10 +156,13 @@ class LostTime:
         min_gain: the smallest gain that counts (0.03: 3%).
         noise_multiple: the gain must also exceed this many times the noise of the slowdown estimates
             (the timer noise over the square root of the intervals behind them).
+        outlived_gain: the smallest gain that counts while the plan in force has outlived the slowdown it was
+            fitted to (:attr:`ObservationEncoder.plan_outlived`; None: ``min_gain``).
     """
 
     min_gain: float = 0.03
     noise_multiple: float = 3.0
+    outlived_gain: float | None = None
     lost_s: float = 0.0
     held_intervals: int = 0
     held_iterations: int = 0
@@ -171,11 +178,13 @@ class LostTime:
         return self.lost_s >= stall_s and (self.held_intervals >= confirm_intervals or early)
 
     def update(self, now_ms: float, after_ms: float, noise_level: float, stats: IntervalStats,
-               possible: bool, transient: bool = False) -> None:
+               possible: bool, transient: bool = False, outlived: bool = False) -> None:
         """Count one interval, given the action's predicted iteration times (ms) now and after it; a
-        ``transient`` interval (its conditions changed within it) neither adds to the count nor ends it."""
+        ``transient`` interval (its conditions changed within it) neither adds to the count nor ends it;
+        ``outlived``: the plan in force outlived the slowdown it was fitted to (``outlived_gain`` applies)."""
         gain = now_ms / after_ms - 1.0 if after_ms > 0 else 0.0
-        if not possible or gain <= max(self.min_gain, self.noise_multiple * noise_level):
+        min_gain = self.outlived_gain if outlived and self.outlived_gain is not None else self.min_gain
+        if not possible or gain <= max(min_gain, self.noise_multiple * noise_level):
             self.reset()
             return
         if transient:
@@ -310,6 +319,10 @@ class ObservationEncoder:
         self.lost_time = LostTime()
         self.rebalance_lost_time = LostTime()  # restarted at every change of partition or split
         self.both_lost_time = LostTime()  # re-plan and rebalance together; restarted likewise
+        # falcon-early's three counts: the same but from OUTLIVED_MIN_GAIN while the plan outlived its slowdown
+        self.early_lost_times = tuple(LostTime(outlived_gain=OUTLIVED_MIN_GAIN) for _ in range(3))
+        self.plan_outlived = False  # the plan in force was fitted to a slowdown that has since ended
+        self._fitted_to: np.ndarray | None = None  # the stage estimates the plan in force was chosen under
         self._running: tuple | None = None  # the (partition, split) of the last interval
         self._mask_cache: tuple | None = None
         self.onset: Onset | None = None  # the latest interval's onset re-split, where its test passed (:meth:`_onset`)
@@ -485,6 +498,7 @@ class ObservationEncoder:
         """Record one interval and return its observation. Raises :class:`StatsError` on bad statistics."""
         self._check(stats)
         planner, replicas, num_stages = self.planner, self.planner.replicas, self.planner.num_stages
+        previous_estimate = self.slowdown_estimate  # what a change of plan at the end of the last interval saw
         self.latest = stats
         self.split = tuple(stats.split) if stats.split is not None else planner.even
         ended = np.zeros(replicas * num_stages)
@@ -531,7 +545,7 @@ class ObservationEncoder:
             raise StatsError(f"no partition into {num_stages} stages fits the memory cap")
         self.targets = self._levers(stats.boundaries, tuple(replan.tolist()), figures, by_device, observation)
         self.onset = self._onset(stats)
-        self._count_and_fill(observation, stats)
+        self._count_and_fill(observation, stats, previous_estimate)
         np.maximum(observation, -OBSERVATION_CLIP, out=observation)
         return np.minimum(observation, OBSERVATION_CLIP, out=observation).astype(np.float32)
 
@@ -658,7 +672,18 @@ class ObservationEncoder:
             found = self._candidates_cache[candidates] = (np.array(candidates, dtype=np.int64), np.array(sync))
         return found
 
-    def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats) -> None:
+    def _outlived(self) -> bool:
+        """Whether the plan in force outlived the slowdown it was fitted to: a stage that was slowed by more than
+        the rules' 3% when it was chosen has since lost over half of its excess. The plan that fits now is then
+        worth a smaller gain (``OUTLIVED_MIN_GAIN``): the cause of the difference is known, a slowdown ended, not
+        noise, and the rules otherwise held a plan fitted to a co-location that had ended for the rest of the run,
+        2-3% slow (``persistent``: a 2.9x straggler, a 1.14x co-location of two minutes beside it)."""
+        if self._fitted_to is None:
+            return False
+        excess = self._fitted_to - 1.0
+        return bool(np.any((excess > RULE_MIN_GAIN) & (self.slowdown_estimate - 1.0 < excess / 2)))
+
+    def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats, previous_estimate: np.ndarray) -> None:
         """The ski-rental counts, the past slowdowns and the levers' figures in the global block."""
         targets, split = self.targets, self.split
         # plain floats: this runs at every step of training, where numpy scalars cost several times as much
@@ -666,18 +691,23 @@ class ObservationEncoder:
         noise_level, noise = self._noise_levels()
         transient = self.transient
         running = (tuple(stats.boundaries), split)
-        if self._running is not None and running != self._running:  # the job changed: the escalation starts again
-            self.rebalance_lost_time.reset()
-            self.both_lost_time.reset()
+        if running != self._running:
+            if self._running is not None:  # the job changed: the escalation starts again
+                for count in (self.rebalance_lost_time, self.both_lost_time, *self.early_lost_times[1:]):
+                    count.reset()
+            self._fitted_to = None if self.at_launch(*running) else previous_estimate
         self._running = running
+        self.plan_outlived = self._outlived()
         replan_count, rebalance_count, both_count = counts = (self.lost_time, self.rebalance_lost_time,
                                                               self.both_lost_time)
         if self.imbalance_moved:
-            for count in counts:
+            for count in (*counts, *self.early_lost_times):
                 count.reset()
-        replan_count.update(now_ms, replan_ms, noise, stats, targets.replan != running[0], transient)
-        rebalance_count.update(now_ms, rebalance_ms, noise, stats, targets.rebalance != split, transient)
-        both_count.update(now_ms, both_ms, noise, stats, targets.both != running, transient)
+        possible = (targets.replan != running[0], targets.rebalance != split, targets.both != running)
+        for count, early_count, after_ms, can in zip(counts, self.early_lost_times, (replan_ms, rebalance_ms, both_ms),
+                                                     possible):
+            count.update(now_ms, after_ms, noise, stats, can, transient)
+            early_count.update(now_ms, after_ms, noise, stats, can, transient, self.plan_outlived)
         unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
         g = self._global_base
         observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
@@ -706,22 +736,25 @@ class ObservationEncoder:
                    (G.REBALANCE_LOST, G.REBALANCE_CONFIRMED, G.REBALANCE_ROUND_TRIP, G.REBALANCE_PAYS)),
                   (both_count, both_ms, both_stall, targets.both,
                    (G.BOTH_LOST, G.BOTH_CONFIRMED, G.BOTH_ROUND_TRIP, G.BOTH_PAYS)))
-        for count, after_ms, stall_s, plan, (lost, confirmed, round_trip, pays) in levers:
+        for (count, after_ms, stall_s, plan, (lost, confirmed, round_trip, pays)), early_count in zip(
+                levers, self.early_lost_times):
             observation[g + lost] = count.lost_s / max(stall_s, 1e-9) if count.lost_s else 0.0
             observation[g + confirmed] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
             saving = self.round_trip_saving(count.held_iterations, (now_ms, after_ms, stall_s), plan)
             observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
             # a count that is not running (lost 0) is a lever not possible now
-            running_lasts = count.lost_s > 0 and likely_to_last
-            observation[g + pays] = float(running_lasts and round_trip_pays(saving)
+            observation[g + pays] = float(count.lost_s > 0 and likely_to_last and round_trip_pays(saving)
                                           and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
-            if pays in EARLY_FLAGS:  # falcon-early's test; its re-split of a replicated job escalates
-                early_flag, early_stalls = EARLY_FLAGS[pays]
-                escalates = pays != G.BOTH_PAYS or round_trip_pays(
-                    self.round_trip_saving(count.held_iterations, self.escalation_figures, plan))
-                observation[g + early_flag] = float(running_lasts and round_trip_pays(saving) and escalates
-                                                    and count.reached(stall_s, RULE_CONFIRM_INTERVALS, early_stalls))
+            # falcon-early's test, on its own count; its re-split of a replicated job escalates
+            early_flag, early_stalls = EARLY_FLAGS[pays]
+            early_saving = self.round_trip_saving(early_count.held_iterations, (now_ms, after_ms, stall_s), plan)
+            escalates = pays != G.BOTH_PAYS or round_trip_pays(
+                self.round_trip_saving(early_count.held_iterations, self.escalation_figures, plan))
+            observation[g + early_flag] = float(early_count.lost_s > 0 and likely_to_last
+                                                and round_trip_pays(early_saving) and escalates
+                                                and early_count.reached(stall_s, RULE_CONFIRM_INTERVALS, early_stalls))
+        observation[g + G.PLAN_OUTLIVED] = float(self.plan_outlived)
         if self.onset is not None:
             observation[g + G.ONSET] = 1.0
             observation[g + G.ONSET_GAIN] = self.onset.gain
@@ -985,26 +1018,46 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
 
 @njit(cache=True)
 def _replan_target(replan, current, slowdown, link_factor, num_layers, compute, prefix, roundtrip, roundtrip_by_stage,
-                   state_bytes, activation_bytes, inflight, memory_cap):  # pragma: no cover
-    """Fill ``replan`` with the bottleneck-optimal partition for ``slowdown``, or the current one if it
-    is as good (``replan[0] = -1``: none fits); returns (whether it moves, the current bottleneck ms)."""
+                   state_bytes, activation_bytes, inflight, memory_cap, op_stage, op_backward, op_producer, op_link,
+                   op_microbatch, prefix_fwd, prefix_bwd, link_ms_after):  # pragma: no cover
+    """Fill ``replan`` with the layer re-plan's partition (``replan[0] = -1``: none fits); returns (whether it
+    moves, the current bottleneck ms, the current partition's and the re-plan's simulated iteration ms).
+
+    The candidates are the partition minimising the bottleneck for ``slowdown`` and the one minimising it with
+    the most slowed stage ``PLAN_MARGIN`` slower; the re-plan is the one that simulates fastest, if faster than
+    the current partition. The bottleneck alone misjudges a slowed stage: two partitions with bottlenecks within
+    a percent of each other can differ by 4% in iteration time (the pipeline's fill and drain pass every stage
+    once), and an estimate a little off picks the slower one (``drift`` on cnn16: the 1.8x stage kept three
+    layers, 476 ms an iteration, where two simulate at 458)."""
     num_stages = current.shape[0]
     by_stage = roundtrip_by_stage.copy()
     for s in range(num_stages - 1):
         by_stage[s] /= link_factor[s]
-    found, _, feasible = bottleneck_dp(compute, by_stage, state_bytes, activation_bytes, 1.0 / slowdown,
-                                       memory_cap, inflight)
     current_worst = _stage_times(prefix, roundtrip, current, slowdown, num_layers, link_factor).max()
-    if not feasible:
-        replan[0] = -1
-        return False, current_worst
-    moved = False
-    for s in range(num_stages):
-        moved = moved or found[s] != current[s]
-    found_worst = _stage_times(prefix, roundtrip, found, slowdown, num_layers, link_factor).max()
-    moved = moved and current_worst > found_worst * (1 + 1e-9)
-    replan[:] = found if moved else current
-    return moved, current_worst
+    now_ms = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
+                         link_ms_after, current, slowdown, num_layers, link_factor)
+    replan[:] = current
+    best_ms = now_ms
+    most_slowed = np.argmax(slowdown)
+    for margin in (0.0, PLAN_MARGIN):
+        speeds = 1.0 / slowdown
+        speeds[most_slowed] /= 1.0 + margin
+        found, _, feasible = bottleneck_dp(compute, by_stage, state_bytes, activation_bytes, speeds, memory_cap,
+                                           inflight)
+        if not feasible:
+            replan[0] = -1
+            return False, current_worst, now_ms, now_ms
+        same = True
+        for s in range(num_stages):
+            same = same and found[s] == replan[s]
+        if same:
+            continue
+        found_ms = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
+                               link_ms_after, found, slowdown, num_layers, link_factor)
+        if found_ms < best_ms * (1 - 1e-9):
+            replan[:] = found
+            best_ms = found_ms
+    return best_ms < now_ms, current_worst, now_ms, best_ms
 
 
 @njit(cache=True)
@@ -1020,9 +1073,10 @@ def _encode(observation, replan, link_estimate, figures, loads, state, elevated,
     each stage's figures, ``slowdown`` estimate and ``loads`` history (newest first)."""
     num_stages = current.shape[0]
     _estimate_links(link_estimate, comm_ms, current, link_ms_after, microbatches)
-    moved, current_worst = _replan_target(replan, current, slowdown, link_estimate, num_layers, compute, prefix,
-                                          roundtrip, roundtrip_by_stage, state_bytes, activation_bytes, inflight,
-                                          memory_cap)
+    moved, current_worst, predicted_now, predicted_replan = _replan_target(
+        replan, current, slowdown, link_estimate, num_layers, compute, prefix, roundtrip, roundtrip_by_stage,
+        state_bytes, activation_bytes, inflight, memory_cap, op_stage, op_backward, op_producer, op_link,
+        op_microbatch, prefix_fwd, prefix_bwd, link_ms_after)
     if replan[0] < 0:
         return
     recorded = int(min(state[0], history))
@@ -1056,13 +1110,7 @@ def _encode(observation, replan, link_estimate, figures, loads, state, elevated,
         most_bound = max(most_bound, bound)
 
     unit_s = ITERATIONS_UNIT * iteration_ms / 1e3  # the duration unit's length now, s
-    predicted_now = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd, prefix_bwd,
-                                link_ms_after, current, slowdown, num_layers, link_estimate)
-    predicted_replan, replan_stall_s = predicted_now, 0.0
-    if moved:
-        predicted_replan = _predict_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, prefix_fwd,
-                                       prefix_bwd, link_ms_after, replan, slowdown, num_layers, link_estimate)
-        replan_stall_s = _stall_s(state_bytes, current, replan, num_layers, overhead_s, bandwidth_gbps)
+    replan_stall_s = _stall_s(state_bytes, current, replan, num_layers, overhead_s, bandwidth_gbps) if moved else 0.0
     figures[0], figures[1], figures[2] = predicted_now, predicted_replan, replan_stall_s
     observation[g] = math.log1p(state[1] / ITERATIONS_UNIT) / LOG_SPAN
     observation[g + 3] = ideal_iteration_ms / iteration_ms

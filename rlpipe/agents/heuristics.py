@@ -30,6 +30,7 @@ from rlpipe.observation import (
     EARLY_RESPLIT_STALLS,
     KEEP,
     ONSET,
+    OUTLIVED_MIN_GAIN,
     REBALANCE,
     REPLAN,
     ROUND_TRIP_STALLS,
@@ -244,7 +245,8 @@ def ski_rental_fires(count: LostTime, figures: np.ndarray, encoder: ObservationE
     assert encoder.latest is not None
     if encoder.imbalance_moved:
         count.reset()
-    count.update(now_ms, after_ms, encoder.estimate_noise, encoder.latest, possible, encoder.transient)
+    count.update(now_ms, after_ms, encoder.estimate_noise, encoder.latest, possible, encoder.transient,
+                 encoder.plan_outlived)
     return (possible and count.reached(stall_s, confirm_intervals, early_stalls)
             and encoder.imbalance_survival() >= min_survival)
 
@@ -282,7 +284,9 @@ class FalconPolicy(PolicyBase):
     early_rebalance_stalls: the same for the rebalance (0: off); escalation: a re-split pays its round trip
     with what it saves beyond the rebalance's plan, not beyond the plan running (False, as the rule always
     was); onset: a re-split may also fire at a slowdown's onset interval, where the encoder's onset test
-    passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``).
+    passes (the ``ONSET`` action; False, as FALCON; ``ObservationEncoder._onset``); outlived_gain: the
+    smallest gain both counts take while the plan in force outlived the slowdown it was fitted to (None:
+    ``min_gain``, as FALCON; ``ObservationEncoder.plan_outlived``).
     """
 
     min_gain: float = 0.03
@@ -294,14 +298,15 @@ class FalconPolicy(PolicyBase):
     early_rebalance_stalls: float = 0.0
     escalation: bool = False
     onset: bool = False
+    outlived_gain: float | None = None
     name: str = "falcon"
     _rebalance: LostTime = field(default_factory=LostTime, init=False)
     _replan: LostTime = field(default_factory=LostTime, init=False)
     _running: JobPlan = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self._rebalance = LostTime(self.min_gain, self.noise_multiple)
-        self._replan = LostTime(self.min_gain, self.noise_multiple)
+        self._rebalance = LostTime(self.min_gain, self.noise_multiple, self.outlived_gain)
+        self._replan = LostTime(self.min_gain, self.noise_multiple, self.outlived_gain)
 
     def reset(self) -> None:
         self._rebalance.reset()
@@ -365,12 +370,18 @@ class EarlyFalconPolicy(FalconPolicy):
     4 x 4, mlp16) it paid a re-split's stall there and back for a plan the rebalance nearly reached, 8 to 12
     times an hour. Its rebalance may then also fire after one interval that lost ``early_rebalance_stalls`` (4)
     of its stalls, as the re-split may: the pauses there are over before a second interval confirms them.
+
+    Once the plan in force has outlived the slowdown it was fitted to (a stage then slowed has recovered), both
+    counts take gains from ``outlived_gain`` (1%) rather than 3%: the way back to the plan that fits is often a
+    smaller step than the way out was, and a slowdown that ended is a known cause, not noise. FALCON held a plan
+    fitted to a co-location of two minutes for the remaining 40 minutes of a run, 2.1% slow.
     """
 
     early_stalls: float = EARLY_RESPLIT_STALLS
     early_rebalance_stalls: float = EARLY_REBALANCE_STALLS
     escalation: bool = True
     onset: bool = True
+    outlived_gain: float | None = OUTLIVED_MIN_GAIN
     name: str = "falcon-early"
 
 
