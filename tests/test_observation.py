@@ -306,6 +306,52 @@ def test_each_levers_flag_says_whether_the_rules_whole_test_passes(planner):
     assert global_feature(encoder, observation, G.REBALANCE_PAYS) == 0  # one pipeline: nothing to rebalance
 
 
+def test_the_replan_target_is_the_partition_that_simulates_fastest():
+    """The bottleneck alone misjudges a slowed stage: on cnn16 under GPipe, with the first stage 1.8x and the
+    last 1.05x, the bottleneck's optimum keeps the job where it is, 476 ms an iteration, where a partition whose
+    bottleneck is a percent higher simulates at 458 (``drift``: the rules held the slow plan for minutes)."""
+    planner = Planner(load_profile("cnn16"), 4, "gpipe", 8)
+    encoder, load, running = ObservationEncoder(planner), [1.8, 1.0, 1.0, 1.05], (0, 3, 8, 12)
+    for _ in range(6):
+        encoder.observe(stats_for(planner, running, load))
+    assert planner.plan(np.array(load)) == running  # the bottleneck's optimum
+    assert encoder.replan_boundaries == (0, 2, 7, 11)
+    now_ms, after_ms, stall_s = encoder.replan_figures
+    assert now_ms == pytest.approx(planner.predict_iteration_ms(running, np.array(load)))
+    assert after_ms == pytest.approx(planner.predict_iteration_ms((0, 2, 7, 11), np.array(load)))
+    assert now_ms / after_ms - 1 > 0.03 and stall_s > 0
+
+
+def test_falcon_earlys_counts_take_a_smaller_gain_once_the_plan_outlived_its_slowdown():
+    """A plan fitted to a straggler and a co-location beside it outlives the co-location: the way back is worth
+    1.8%, under the rules' 3%. falcon's count never starts; falcon-early's (and its flag) do, and it moves back."""
+    from rlpipe.agents.heuristics import EarlyFalconPolicy, FalconPolicy
+    from rlpipe.decision import DecisionContext
+    from rlpipe.observation import OUTLIVED_MIN_GAIN, RULE_MIN_GAIN
+
+    planner = Planner(load_profile("transformer16"), 4, "gpipe", 8)
+    encoder, rules = ObservationEncoder(planner), (FalconPolicy(), EarlyFalconPolicy())
+    colocated, straggler = [1.14, 2.91, 1.0, 1.0], [1.0, 2.91, 1.0, 1.0]
+    home, fitted = planner.plan(np.array(straggler)), planner.plan(np.array(colocated))
+    assert home != fitted != planner.ideal_boundaries
+    for boundaries, load in [(home, colocated)] * 4 + [(fitted, colocated)] * 3:
+        observation = encoder.observe(stats_for(planner, boundaries, load))
+        assert not encoder.plan_outlived and global_feature(encoder, observation, G.PLAN_OUTLIVED) == 0
+    decisions = {rule.name: [] for rule in rules}
+    for _ in range(8):
+        observation = encoder.observe(stats_for(planner, fitted, straggler))
+        assert encoder.plan_outlived and global_feature(encoder, observation, G.PLAN_OUTLIVED) == 1
+        now_ms, after_ms, _ = encoder.replan_figures
+        assert encoder.replan_boundaries == home and OUTLIVED_MIN_GAIN < now_ms / after_ms - 1 < RULE_MIN_GAIN
+        assert encoder.lost_time.lost_s == 0 and global_feature(encoder, observation, G.REPLAN_PAYS) == 0
+        for rule in rules:
+            decisions[rule.name].append(rule.act(observation, encoder.action_mask(fitted),
+                                                 DecisionContext(encoder, fitted)))
+        early_flag = global_feature(encoder, observation, G.REPLAN_PAYS_EARLY)
+        assert (decisions["falcon-early"][-1] == REPLAN) == (early_flag == 1)
+    assert decisions["falcon"] == [KEEP] * 8 and REPLAN in decisions["falcon-early"]
+
+
 def test_falcon_earlys_re_split_escalates_from_what_the_rebalance_reaches(planner):
     """The escalation figures count a re-split's saving from the rebalance's plan, for its stall beyond the
     rebalance's. On one pipeline the rebalance changes nothing: they are the pair's own figures, and the early
