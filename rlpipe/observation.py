@@ -1,6 +1,6 @@
 """The one observation encoder, action layout and action mask, shared by simulator and live runtime.
 
-Observation (version 8), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
+Observation (version 11), a float32 vector for jobs of up to ``d_max`` replicas of up to ``s_max``
 stages, scale-free in the pipeline's speed, in the decision interval K and in the replica count D:
 times are ratios, and durations count iterations in units of ``ITERATIONS_UNIT`` (10), so a policy
 trained at one K runs at another. A stage's figures are its stage group's most loaded member's (the
@@ -50,11 +50,14 @@ job waits for its slowest replica); the replica block keeps every device.
   ``falcon-early``'s re-split of a replicated job passes its early test only where what it adds to the
   rebalance pays its round trip too (:attr:`ObservationEncoder.escalation_figures`), and whether its
   rebalance's test passes, which may fire after one interval that lost ``EARLY_REBALANCE_STALLS`` of its
-  stalls (1/0; version 9 was an experiment, never shipped: ``docs/experiments/keen_resplit.py``). Stalls
-  are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
+  stalls (1/0; version 9 was an experiment, never shipped: ``docs/experiments/keen_resplit.py``); version 11:
+  ``falcon-early``'s three early tests on its own counts, which take gains from ``OUTLIVED_MIN_GAIN`` while the
+  plan in force has outlived the slowdown it was fitted to, and whether it has (1/0,
+  :attr:`ObservationEncoder.plan_outlived`); the re-plan's target is the faster in simulation of two
+  bottleneck optima (:func:`_replan_target`). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
 
-Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition optimal for the estimated
-device speeds; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
+Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition that fits the estimated
+device speeds best; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
 both; 4 the onset re-split: at an interval within which a slowdown began, the partition (and, with
 replicas, the split) that fits its last iterations' loads (valid only where the onset test passes: version
 8); ``5 + 2 (i - 1)`` shift boundary i by -1 (stage i gets stage i-1's last layer), ``6 + 2 (i - 1)``
