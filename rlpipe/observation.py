@@ -54,7 +54,8 @@ job waits for its slowest replica); the replica block keeps every device.
   ``falcon-early``'s three early tests on its own counts, which take gains from ``OUTLIVED_MIN_GAIN`` while the
   plan in force has outlived the slowdown it was fitted to, and whether it has (1/0,
   :attr:`ObservationEncoder.plan_outlived`); the re-plan's target is the faster in simulation of two
-  bottleneck optima (:func:`_replan_target`). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the current speed.
+  bottleneck optima (:func:`_replan_target`). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the
+  current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition that fits the estimated
 device speeds best; 2 rebalance micro-batches to the split that best fits the estimated replica speeds; 3
