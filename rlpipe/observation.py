@@ -164,7 +164,7 @@ class LostTime:
             fitted to (:attr:`ObservationEncoder.plan_outlived`; None: ``min_gain``).
     """
 
-    min_gain: float = 0.03
+    min_gain: float = RULE_MIN_GAIN
     noise_multiple: float = 3.0
     outlived_gain: float | None = None
     lost_s: float = 0.0

@@ -35,6 +35,7 @@ from rlpipe.observation import (
     REPLAN,
     ROUND_TRIP_STALLS,
     RULE_CONFIRM_INTERVALS,
+    RULE_MIN_GAIN,
     RULE_MIN_SURVIVAL,
     LostTime,
     ObservationEncoder,
@@ -192,7 +193,7 @@ class ThresholdPolicy(PolicyBase):
             remaining life (3: its own, the time lost after the imbalance ends, the stall back; 0: no test).
     """
 
-    min_gain: float = 0.03
+    min_gain: float = RULE_MIN_GAIN
     noise_multiple: float = 3.0
     confirm_intervals: int = RULE_CONFIRM_INTERVALS
     min_survival: float = RULE_MIN_SURVIVAL
@@ -289,7 +290,7 @@ class FalconPolicy(PolicyBase):
     ``min_gain``, as FALCON; ``ObservationEncoder.plan_outlived``).
     """
 
-    min_gain: float = 0.03
+    min_gain: float = RULE_MIN_GAIN
     noise_multiple: float = 3.0
     confirm_intervals: int = RULE_CONFIRM_INTERVALS
     min_survival: float = RULE_MIN_SURVIVAL
