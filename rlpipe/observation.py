@@ -290,7 +290,7 @@ class ObservationEncoder:
         # the replicas' slots, one row each (:meth:`_levers` fills them through a view)
         self._replica_block = slice(self._replica_base,
                                     self._replica_base + (REPLICA_FEATURES + s_max) * planner.replicas)
-        self._candidates_cache: dict[tuple[tuple[int, ...], ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._sync_cache: dict[tuple[int, ...], float] = {}  # a partition's slowest stage group's gradient sync, ms
         self.reset()
 
     @staticmethod
@@ -558,7 +558,9 @@ class ObservationEncoder:
         """What each lever would do now. One pipeline: the kernel's re-plan (exactly simulated). Replicas:
         every lever predicted with each replica's pipeline as its fill plus one bottleneck per further
         micro-batch, the slowest replica then the gradient sync; the re-plan tries the partition optimal for
-        every stage's worst device and the most slowed replica's own."""
+        every stage's worst device, the most slowed replica's own, and those optimal with each stage in turn
+        ``PLAN_MARGIN`` slower (the bottleneck misjudges a replicated pipeline as it does one: on ``persistent``
+        at 4 stages x 2 these lifted falcon-early by 0.0018, 10 episodes of seed 4242)."""
         planner, split = self.planner, self.split
         if planner.replicas == 1:
             now_ms, replan_ms, replan_stall = figures
@@ -566,7 +568,11 @@ class ObservationEncoder:
                                                                      replan_stall, 0.0, replan_stall]))
         links = self.link_estimate
         replica_worst, slowest = _replica_worst(by_device)
-        candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest])]))
+        margined = _margined_plans(planner.layer_compute_ms, planner.roundtrip_by_stage, planner.costs.state_bytes,
+                                   planner.costs.activation_bytes, self.slowdown_estimate, self._memory_cap,
+                                   planner.inflight_float)
+        candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest]),
+                                         *(tuple(row) for row in margined.tolist() if row[0] >= 0)]))
         split_counts = np.asarray(split, dtype=np.float64)
         with_split, balanced, with_balanced, replica_ms = _lever_kernel(
             planner.prefix_compute_ms, planner.roundtrip_ms, *self._candidates(tuple(candidates)), by_device, links,
@@ -666,15 +672,19 @@ class ObservationEncoder:
 
     def _candidates(self, candidates: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
         """The levers' candidate partitions as :func:`_lever_kernel` takes them, one row each, and each one's
-        slowest stage group's gradient sync, ms (cached: the same few recur from one interval to the next)."""
-        found = self._candidates_cache.get(candidates)
-        if found is None:
-            if len(self._candidates_cache) > 4096:  # a live run goes on for days
-                self._candidates_cache.clear()
-            planner = self.planner
-            sync = [float(planner.costs.sync_ms(c, planner.replicas, planner.bandwidth_gbps).max()) for c in candidates]
-            found = self._candidates_cache[candidates] = (np.array(candidates, dtype=np.int64), np.array(sync))
-        return found
+        slowest stage group's gradient sync, ms (cached by partition: the same few recur from one interval to the
+        next)."""
+        if len(self._sync_cache) > 4096:  # a live run goes on for days
+            self._sync_cache.clear()
+        sync = []
+        for candidate in candidates:
+            sync_ms = self._sync_cache.get(candidate)
+            if sync_ms is None:
+                planner = self.planner
+                sync_ms = self._sync_cache[candidate] = float(
+                    planner.costs.sync_ms(candidate, planner.replicas, planner.bandwidth_gbps).max())
+            sync.append(sync_ms)
+        return np.array(candidates, dtype=np.int64), np.array(sync)
 
     def _outlived(self) -> bool:
         """Whether the plan in force outlived the slowdown it was fitted to: a stage that was slowed by more than
@@ -1062,6 +1072,23 @@ def _replan_target(replan, current, slowdown, link_factor, num_layers, compute, 
             replan[:] = found
             best_ms = found_ms
     return best_ms < now_ms, current_worst, now_ms, best_ms
+
+
+@njit(cache=True)
+def _margined_plans(compute, by_stage, state_bytes, activation_bytes, slowdown, memory_cap,
+                    inflight):  # pragma: no cover
+    """The partitions minimising the bottleneck for ``slowdown`` with each stage in turn ``PLAN_MARGIN`` slower,
+    one row each (rounded to 0.1% as :meth:`Planner.plan` rounds; a row of -1 where none fits)."""
+    num_stages = slowdown.shape[0]
+    plans = np.full((num_stages, num_stages), -1, dtype=np.int64)
+    for stage in range(num_stages):
+        margined = slowdown.copy()
+        margined[stage] *= 1.0 + PLAN_MARGIN
+        found, _, feasible = bottleneck_dp(compute, by_stage, state_bytes, activation_bytes,
+                                           1.0 / np.round(margined, 3), memory_cap, inflight)
+        if feasible:
+            plans[stage] = found
+    return plans
 
 
 @njit(cache=True)
