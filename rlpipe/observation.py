@@ -54,7 +54,8 @@ job waits for its slowest replica); the replica block keeps every device.
   ``falcon-early``'s three early tests on its own counts, which take gains from ``OUTLIVED_MIN_GAIN`` while the
   plan in force has outlived the slowdown it was fitted to, and whether it has (1/0,
   :attr:`ObservationEncoder.plan_outlived`); the re-plan's target is the faster in simulation of two
-  bottleneck optima (:func:`_replan_target`). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the
+  bottleneck optima (:func:`_replan_target`; on a replicated job, of one per stage more:
+  :meth:`ObservationEncoder._levers`). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the
   current speed.
 
 Actions (Discrete): 0 keep; 1 re-plan layers (every replica) to the partition that fits the estimated
@@ -114,7 +115,7 @@ EARLY_REBALANCE_STALLS = 4.0  # and rebalances after 1 interval that lost this m
 OUTLIVED_MIN_GAIN = 0.01  # and counts from this gain once the plan in force outlived the slowdown it was fitted to
 ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
 ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
-PLAN_MARGIN = 0.05  # the re-plan also tries the partition that fits the most slowed stage this much slower
+PLAN_MARGIN = 0.05  # the re-plan also tries the plan fitting the most slowed stage (replicas: each) this much slower
 KEEP, REPLAN, REBALANCE, BOTH, ONSET = 0, 1, 2, 3, 4
 FIRST_MOVE = 5
 
