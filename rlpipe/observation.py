@@ -291,7 +291,6 @@ class ObservationEncoder:
         # the replicas' slots, one row each (:meth:`_levers` fills them through a view)
         self._replica_block = slice(self._replica_base,
                                     self._replica_base + (REPLICA_FEATURES + s_max) * planner.replicas)
-        self._sync_cache: dict[tuple[int, ...], float] = {}  # a partition's slowest stage group's gradient sync, ms
         self.reset()
 
     @staticmethod
@@ -317,6 +316,9 @@ class ObservationEncoder:
         self.device_estimate = np.ones(devices)
         self._imbalance_age = 0.0  # imbalance_age_iterations
         self.slowdown_estimate = np.ones(self.planner.num_stages)
+        self._estimate_list = [1.0] * self.planner.num_stages  # the same as plain floats, which every step reads
+        self._noise = (0.0, 0.0)  # (noise_level, estimate_noise) of the latest interval
+        self._transient = False  # transient, of the latest interval
         self.link_estimate = np.ones(max(self.planner.num_stages - 1, 1))  # each link's bandwidth over its nominal
         self.split: tuple[int, ...] = self.planner.even
         self.targets = Targets(self.planner.ideal_boundaries, self.planner.even,
@@ -327,7 +329,7 @@ class ObservationEncoder:
         # falcon-early's three counts: the same but from OUTLIVED_MIN_GAIN while the plan outlived its slowdown
         self.early_lost_times = tuple(LostTime(outlived_gain=OUTLIVED_MIN_GAIN) for _ in range(3))
         self.plan_outlived = False  # the plan in force was fitted to a slowdown that has since ended
-        self._fitted_to: np.ndarray | None = None  # the stage estimates the plan in force was chosen under
+        self._fitted_to: list[float] | None = None  # the stage estimates the plan in force was chosen under
         self._running: tuple | None = None  # the (partition, split) of the last interval
         self._mask_cache: tuple | None = None
         self.onset: Onset | None = None  # the latest interval's onset re-split, where its test passed (:meth:`_onset`)
@@ -385,17 +387,17 @@ class ObservationEncoder:
     def noise_level(self) -> float:
         """The timer noise measured so far (lognormal sigma of one interval's loads): the larger of the
         change between intervals and the dispersion within them scaled to an interval's mean."""
-        return self._noise_levels()[0]
+        return self._noise[0]
 
     @property
     def estimate_noise(self) -> float:
         """The noise of the slowdown estimates (what a predicted gain must clear): the timer noise over the
         square root of the intervals behind the least settled device's estimate (its steady mean since its
         last change)."""
-        return self._noise_levels()[1]
+        return self._noise[1]
 
     def _noise_levels(self) -> tuple[float, float]:
-        """(noise_level, estimate_noise), as plain floats: the observation reads both at every step."""
+        """(noise_level, estimate_noise), as plain floats (:meth:`observe` keeps them: every step reads both)."""
         iterations = self.latest.iterations if self.latest is not None else 1
         between, within, settled_intervals = self._state[2:5].tolist()
         level = max(between, within / math.sqrt(max(iterations, 1)))
@@ -406,10 +408,14 @@ class ObservationEncoder:
         """Whether the latest interval's conditions changed within it on the most loaded stage (its compute
         dispersed far more than usual from one iteration to the next: a pause, or the onset or end of a
         slowdown), so that its mean load is no steady condition to act on."""
+        return self._transient
+
+    def _is_transient(self) -> bool:
+        """:attr:`transient`, computed (:meth:`observe` keeps it: every step reads it)."""
         cv = None if self.latest is None else self.latest.compute_cv
         if cv is None or len(cv) == 0:
             return False
-        estimate = self.slowdown_estimate.tolist()  # plain floats: this runs at every step of training
+        estimate = self._estimate_list
         slowest = estimate.index(max(estimate))  # the first of equals, as np.argmax
         return float(cv[slowest]) > max(TRANSIENT_DISPERSION * float(self._state[3]), TRANSIENT_FLOOR)
 
@@ -469,12 +475,17 @@ class ObservationEncoder:
         few slowdowns seen end to judge (:meth:`expected_remaining_iterations`). The imbalance's age is how
         long the most slowed device has been disturbed, or ``held_iterations`` (how long a ski-rental count
         has held) if longer: a plan fitted to a slowdown that ended."""
-        if self.at_launch(*plan):
+        now_ms, after_ms, stall_s = figures
+        return self._saving(held_iterations, now_ms, after_ms, stall_s, self.at_launch(*plan))
+
+    def _saving(self, held_iterations: int, now_ms: float, after_ms: float, stall_s: float,
+                home: bool) -> tuple[float, float] | None:
+        """:meth:`round_trip_saving` from its figures as floats, ``home``: whether the plan is the launch plan."""
+        if home:
             return None
-        remaining_iterations = self.expected_remaining_iterations(max(held_iterations, self.imbalance_age_iterations))
+        remaining_iterations = self.expected_remaining_iterations(max(held_iterations, self._imbalance_age))
         if remaining_iterations is None:
             return None
-        now_ms, after_ms, stall_s = figures
         return (1.0 - after_ms / now_ms) * remaining_iterations * now_ms / 1e3, float(stall_s)
 
     def at_launch(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> bool:
@@ -490,8 +501,8 @@ class ObservationEncoder:
         if stats.replicas != planner.replicas or stats.loads.shape != (planner.replicas, planner.num_stages):
             raise StatsError(f"statistics for {stats.replicas} replicas, the job has {planner.replicas}")
         cv = _NOTHING if stats.compute_cv is None else stats.compute_cv
-        problem = _unsound_figures(_flat(stats.loads), _flat(stats.compute_ms), _flat(stats.comm_ms),
-                                   _flat(stats.idle_ms), _flat(stats.num_layers), _flat(cv))
+        problem = _unsound_figures(*(_array(figures) for figures in (stats.loads, stats.compute_ms, stats.comm_ms,
+                                                                      stats.idle_ms, stats.num_layers, cv)))
         if problem == 1:
             raise StatsError(f"non-finite or non-positive device load {stats.loads.tolist()}")
         if problem == 2:
@@ -503,7 +514,7 @@ class ObservationEncoder:
         """Record one interval and return its observation. Raises :class:`StatsError` on bad statistics."""
         self._check(stats)
         planner, replicas, num_stages = self.planner, self.planner.replicas, self.planner.num_stages
-        previous_estimate = self.slowdown_estimate  # what a change of plan at the end of the last interval saw
+        previous_estimate = self._estimate_list  # what a change of plan at the end of the last interval saw
         self.latest = stats
         self.split = tuple(stats.split) if stats.split is not None else planner.even
         ended = np.zeros(replicas * num_stages)
@@ -532,6 +543,8 @@ class ObservationEncoder:
             self.slowdown_estimate, history, elevated = _stage_groups(
                 by_device, self._loads.reshape(self.history, replicas, num_stages),
                 self.elevated_iterations.reshape(replicas, num_stages))
+        self._estimate_list = self.slowdown_estimate.tolist()
+        self._noise, self._transient = self._noise_levels(), self._is_transient()
         observation = np.zeros(self.size)
         replan = np.empty(num_stages, dtype=np.int64)
         figures = np.zeros(3)
@@ -567,28 +580,27 @@ class ObservationEncoder:
             now_ms, replan_ms, replan_stall = figures
             return Targets(replan, split, (replan, split), np.array([now_ms, replan_ms, now_ms, replan_ms,
                                                                      replan_stall, 0.0, replan_stall]))
-        links = self.link_estimate
-        replica_worst, slowest = _replica_worst(by_device)
-        margined = _margined_plans(planner.layer_compute_ms, planner.roundtrip_by_stage, planner.costs.state_bytes,
-                                   planner.costs.activation_bytes, self.slowdown_estimate, self._memory_cap,
-                                   planner.inflight_float)
-        candidates = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest]),
-                                         *(tuple(row) for row in margined.tolist() if row[0] >= 0)]))
         split_counts = np.asarray(split, dtype=np.float64)
-        with_split, balanced, with_balanced, replica_ms = _lever_kernel(
-            planner.prefix_compute_ms, planner.roundtrip_ms, *self._candidates(tuple(candidates)), by_device, links,
-            split_counts, planner.num_layers, planner.replicas * planner.microbatches, planner.minimum)
+        candidates, with_split, balanced, with_balanced, replica_ms, replica_worst = _replicated_levers(
+            np.asarray(current, dtype=np.int64), np.asarray(replan, dtype=np.int64), by_device, self.slowdown_estimate,
+            self.link_estimate, split_counts, planner.layer_compute_ms, planner.prefix_compute_ms, planner.roundtrip_ms,
+            planner.roundtrip_by_stage, planner.costs.state_bytes, planner.costs.activation_bytes, self._memory_cap,
+            planner.inflight_float, planner.costs.prefix_param_bytes, planner.bandwidth_gbps, planner.num_layers,
+            planner.microbatches, planner.minimum)
+        if candidates[0, 0] < 0:
+            raise StatsError(f"no partition into {planner.num_stages} stages fits the memory cap")
         # plain floats and tuples from here: this runs at every step of training
         with_split_ms, with_balanced_ms = with_split.tolist(), with_balanced.tolist()
         balanced_splits = balanced.tolist()
         now_ms = with_split_ms[0]
         best = with_split_ms.index(min(with_split_ms))  # the first of equals, as np.argmin
-        replan_ms, best_replan = (with_split_ms[best], candidates[best]) if with_split_ms[best] < now_ms * (1 - 1e-9) \
-            else (now_ms, current)
+        replan_ms, best_replan = (with_split_ms[best], tuple(candidates[best].tolist())) \
+            if with_split_ms[best] < now_ms * (1 - 1e-9) else (now_ms, current)
         rebalanced = tuple(balanced_splits[0])
         rebalance_ms = with_balanced_ms[0]
         pick = with_balanced_ms.index(min(with_balanced_ms))
-        both, both_split, both_ms = candidates[pick], tuple(balanced_splits[pick]), with_balanced_ms[pick]
+        both, both_split = tuple(candidates[pick].tolist()), tuple(balanced_splits[pick])
+        both_ms = with_balanced_ms[pick]
         iteration_ms = self.latest.iteration_ms if self.latest is not None else now_ms
         replan_stall = planner.stall_s(current, best_replan)
         rebalance_stall = planner.rebalance_stall_s(split, rebalanced, iteration_ms)
@@ -671,22 +683,6 @@ class ObservationEncoder:
         assert best is not None
         return best[1], planner.predict_job_ms(current, split, tail), best[0]
 
-    def _candidates(self, candidates: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
-        """The levers' candidate partitions as :func:`_lever_kernel` takes them, one row each, and each one's
-        slowest stage group's gradient sync, ms (cached by partition: the same few recur from one interval to the
-        next)."""
-        if len(self._sync_cache) > 4096:  # a live run goes on for days
-            self._sync_cache.clear()
-        sync = []
-        for candidate in candidates:
-            sync_ms = self._sync_cache.get(candidate)
-            if sync_ms is None:
-                planner = self.planner
-                sync_ms = self._sync_cache[candidate] = float(
-                    planner.costs.sync_ms(candidate, planner.replicas, planner.bandwidth_gbps).max())
-            sync.append(sync_ms)
-        return np.array(candidates, dtype=np.int64), np.array(sync)
-
     def _outlived(self) -> bool:
         """Whether the plan in force outlived the slowdown it was fitted to: a stage that was slowed by more than
         the rules' 3% when it was chosen has since lost over half of its excess. The plan that fits now is then
@@ -695,16 +691,19 @@ class ObservationEncoder:
         2-3% slow (``persistent``: a 2.9x straggler, a 1.14x co-location of two minutes beside it)."""
         if self._fitted_to is None:
             return False
-        excess = self._fitted_to - 1.0
-        return bool(np.any((excess > RULE_MIN_GAIN) & (self.slowdown_estimate - 1.0 < excess / 2)))
+        for fitted, estimate in zip(self._fitted_to, self._estimate_list):  # plain floats: this runs every step
+            excess = fitted - 1.0
+            if excess > RULE_MIN_GAIN and estimate - 1.0 < excess / 2:
+                return True
+        return False
 
-    def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats, previous_estimate: np.ndarray) -> None:
+    def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats, previous_estimate: list[float]) -> None:
         """The ski-rental counts, the past slowdowns and the levers' figures in the global block."""
         targets, split = self.targets, self.split
         # plain floats: this runs at every step of training, where numpy scalars cost several times as much
         now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures.tolist()
-        noise_level, noise = self._noise_levels()
-        transient = self.transient
+        noise_level, noise = self._noise
+        transient = self._transient
         running = (tuple(stats.boundaries), split)
         if running != self._running:
             if self._running is not None:  # the job changed: the escalation starts again
@@ -745,6 +744,7 @@ class ObservationEncoder:
         observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, split)
                                        else -1.0 if targets.both == (running[0], targets.rebalance) else 0.0)
         likely_to_last = survival >= RULE_MIN_SURVIVAL
+        launch = (self.planner.ideal_boundaries, self.planner.even)
         levers = ((replan_count, replan_ms, replan_stall, (targets.replan, split),
                    (G.LOST, G.REPLAN_CONFIRMED, G.REPLAN_ROUND_TRIP, G.REPLAN_PAYS)),
                   (rebalance_count, rebalance_ms, rebalance_stall, (running[0], targets.rebalance),
@@ -753,9 +753,10 @@ class ObservationEncoder:
                    (G.BOTH_LOST, G.BOTH_CONFIRMED, G.BOTH_ROUND_TRIP, G.BOTH_PAYS)))
         for (count, after_ms, stall_s, plan, (lost, confirmed, round_trip, pays)), early_count in zip(
                 levers, self.early_lost_times):
+            home = plan == launch
             observation[g + lost] = count.lost_s / max(stall_s, 1e-9) if count.lost_s else 0.0
             observation[g + confirmed] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
-            saving = self.round_trip_saving(count.held_iterations, (now_ms, after_ms, stall_s), plan)
+            saving = self._saving(count.held_iterations, now_ms, after_ms, stall_s, home)
             observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
                 saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
             # a count that is not running (lost 0) is a lever not possible now
@@ -763,11 +764,14 @@ class ObservationEncoder:
                                           and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
             # falcon-early's test, on its own count; its re-split of a replicated job escalates
             early_flag, early_stalls = EARLY_FLAGS[pays]
-            early_saving = self.round_trip_saving(early_count.held_iterations, (now_ms, after_ms, stall_s), plan)
-            escalates = pays != G.BOTH_PAYS or round_trip_pays(
-                self.round_trip_saving(early_count.held_iterations, self.escalation_figures, plan))
-            observation[g + early_flag] = float(early_count.lost_s > 0 and likely_to_last
-                                                and round_trip_pays(early_saving) and escalates
+            if not (early_count.lost_s > 0 and likely_to_last):
+                continue  # the flag stays 0 (the observation starts at zeros)
+            early_saving = saving if early_count.held_iterations == count.held_iterations else self._saving(
+                early_count.held_iterations, now_ms, after_ms, stall_s, home)
+            # (escalation_figures, as floats)
+            escalates = pays != G.BOTH_PAYS or round_trip_pays(self._saving(
+                early_count.held_iterations, rebalance_ms, both_ms, max(both_stall - rebalance_stall, 0.0), home))
+            observation[g + early_flag] = float(round_trip_pays(early_saving) and escalates
                                                 and early_count.reached(stall_s, RULE_CONFIRM_INTERVALS, early_stalls))
         observation[g + G.PLAN_OUTLIVED] = float(self.plan_outlived)
         if self.onset is not None:
@@ -835,23 +839,30 @@ class ObservationEncoder:
 _NOTHING = np.zeros(0)
 
 
-def _flat(figures: np.ndarray) -> np.ndarray:
-    """``figures`` as a flat float64 array (a view where they are one already)."""
-    return np.asarray(figures, dtype=np.float64).reshape(-1)
+def _array(figures: np.ndarray) -> np.ndarray:
+    """``figures`` as a numeric array (themselves where they are one already: what every step passes)."""
+    return figures if type(figures) is np.ndarray and figures.dtype.kind in "fiu" else np.asarray(figures, dtype=float)
 
 
 @njit(cache=True)
 def _unsound_figures(loads, compute_ms, comm_ms, idle_ms, num_layers, compute_cv):  # pragma: no cover
     """0 if an interval's figures can be read; 1 if a device load is not a finite number > 0 (NaN
     included); 2 if a stage figure is not finite."""
-    for load in loads:
+    for load in loads.flat:
         if not (load > 0 and math.isfinite(load)):
             return 1
-    for figures in (compute_ms, comm_ms, idle_ms, num_layers, compute_cv):
-        for value in figures:
-            if not math.isfinite(value):
-                return 2
-    return 0
+    finite = _finite(compute_ms) and _finite(comm_ms) and _finite(idle_ms) and _finite(num_layers) and _finite(
+        compute_cv)
+    return 0 if finite else 2
+
+
+@njit(cache=True)
+def _finite(figures):  # pragma: no cover
+    """Whether every value of ``figures`` (an array of any shape) is finite."""
+    for value in figures.flat:
+        if not math.isfinite(value):
+            return False
+    return True
 
 
 @njit(cache=True)
@@ -1090,6 +1101,60 @@ def _margined_plans(compute, by_stage, state_bytes, activation_bytes, slowdown, 
         if feasible:
             plans[stage] = found
     return plans
+
+
+@njit(cache=True)
+def _replicated_levers(current, replan, by_device, slowdown, link_factor, split, compute, prefix, roundtrip, by_stage,
+                       state_bytes, activation_bytes, memory_cap, inflight, prefix_param_bytes, bandwidth_gbps,
+                       num_layers, microbatches, minimum):  # pragma: no cover
+    """The levers of a replicated job (:meth:`ObservationEncoder._levers`) in one compiled call. The candidate
+    partitions, distinct, in order: the one running, the re-plan, the bottleneck optimum for the most slowed
+    replica's own devices, and those for every stage group's worst device with each stage in turn
+    ``PLAN_MARGIN`` slower (:func:`_margined_plans`); each with its slowest stage group's gradient sync (a ring
+    all-reduce of the stage's parameters, as :meth:`~rlpipe.simulator.PipelineCosts.sync_ms`). Returns the
+    candidates, one row each (a first row of -1: no partition fits the memory cap), :func:`_lever_kernel`'s four
+    results for them, and each replica's most loaded device's load."""
+    replicas, num_stages = by_device.shape
+    replica_worst, slowest = _replica_worst(by_device)
+    candidates = np.empty((num_stages + 3, num_stages), dtype=np.int64)
+    candidates[0], candidates[1] = current, replan
+    count = 1 if _same_row(candidates, 1, replan) else 2
+    # rounded to 0.1% as Planner.plan rounds
+    found, _, feasible = bottleneck_dp(compute, by_stage, state_bytes, activation_bytes,
+                                       1.0 / np.round(by_device[slowest], 3), memory_cap, inflight)
+    if not feasible:
+        candidates[0, 0] = -1
+        return candidates[:1], np.zeros(1), np.zeros((1, replicas), dtype=np.int64), np.zeros(1), np.zeros(replicas), \
+            replica_worst
+    margined = _margined_plans(compute, by_stage, state_bytes, activation_bytes, slowdown, memory_cap, inflight)
+    for row in range(-1, num_stages):
+        plan = found if row < 0 else margined[row]
+        if plan[0] >= 0 and not _same_row(candidates, count, plan):
+            candidates[count] = plan
+            count += 1
+    sync = np.empty(count)
+    for c in range(count):
+        sync[c] = 0.0
+        for s in range(num_stages):
+            end = candidates[c, s + 1] if s + 1 < num_stages else num_layers
+            param_bytes = prefix_param_bytes[end] - prefix_param_bytes[candidates[c, s]]
+            sync[c] = max(sync[c], param_bytes * 2 * (replicas - 1) / replicas * 8e-6 / bandwidth_gbps)
+    with_split, balanced, with_balanced, replica_ms = _lever_kernel(
+        prefix, roundtrip, candidates[:count], sync, by_device, link_factor, split, num_layers, replicas * microbatches,
+        minimum)
+    return candidates[:count], with_split, balanced, with_balanced, replica_ms, replica_worst
+
+
+@njit(cache=True)
+def _same_row(rows, count, row):  # pragma: no cover
+    """Whether ``row`` equals one of the first ``count`` rows of ``rows``."""
+    for r in range(count):
+        same = True
+        for k in range(row.shape[0]):
+            same = same and rows[r, k] == row[k]
+        if same:
+            return True
+    return False
 
 
 @njit(cache=True)

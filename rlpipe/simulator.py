@@ -205,7 +205,7 @@ class PipelineCosts:
         self.num_layers = profile.num_layers
         self._prefix_fwd = np.concatenate([[0.0], np.cumsum([layer.fwd_ms for layer in profile.layers])])
         self._prefix_bwd = np.concatenate([[0.0], np.cumsum([layer.bwd_ms for layer in profile.layers])])
-        self._prefix_params = np.concatenate([[0.0], np.cumsum([layer.param_bytes for layer in profile.layers])])
+        self.prefix_param_bytes = np.concatenate([[0.0], np.cumsum([layer.param_bytes for layer in profile.layers])])
         self.activation_bytes = profile.activation_bytes()
         self.state_bytes = profile.state_bytes()
         self._stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -225,7 +225,7 @@ class PipelineCosts:
 
     def stage_param_bytes(self, boundaries: Sequence[int]) -> np.ndarray:
         """Parameter bytes of each stage (what its stage group's gradient sync moves)."""
-        return np.diff(self._prefix_params[stage_edges(boundaries, self.num_layers)])
+        return np.diff(self.prefix_param_bytes[stage_edges(boundaries, self.num_layers)])
 
     def sync_ms(self, boundaries: Sequence[int], replicas: int, dp_bandwidth_gbps: float) -> np.ndarray:
         """Each stage group's gradient all-reduce over data-parallel links of ``dp_bandwidth_gbps``, ms."""

@@ -451,3 +451,33 @@ def test_the_replicas_compiled_figures_are_numpys(replicas, stages, history, see
     expected[:, 3] = replica_ms / np.mean(replica_ms) - 1.0
     expected[:, REPLICA_FEATURES:REPLICA_FEATURES + stages] = by_device - 1.0
     np.testing.assert_array_equal(slots, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(replicas=st.integers(2, 8), stages=st.integers(2, 8), seed=st.integers(0, 2**32 - 1))
+def test_the_replicated_levers_candidates_are_the_planners(replicas, stages, seed):
+    """The compiled replicated levers (one call a step) try the partitions the planner gives, in order and
+    distinct: the one running, the re-plan, the most slowed replica's own optimum and each stage group's worst
+    devices' optimum with each stage in turn 5% slower; each with the gradient sync the simulator gives it."""
+    rng = np.random.default_rng(seed)
+    planner = Planner(load_profile("transformer16"), stages, "1f1b", 4, bandwidth_gbps=100.0, replicas=replicas)
+    by_device = rng.choice([1.0, 1.3, 2.0, 3.0], size=(replicas, stages))
+    slowdown = by_device.max(axis=0)
+    current, replan = planner.ideal_boundaries, planner.plan(slowdown)
+    margined = [planner.plan(slowdown * np.where(np.arange(stages) == s, 1.05, 1.0)) for s in range(stages)]
+    slowest = int(np.argmax(by_device.max(axis=1)))
+    expected = list(dict.fromkeys([current, replan, planner.plan(by_device[slowest]), *margined]))
+    levers = observation_module._replicated_levers(
+        np.asarray(current), np.asarray(replan), by_device, slowdown, np.ones(stages - 1),
+        np.asarray(planner.even, dtype=np.float64), planner.layer_compute_ms, planner.prefix_compute_ms,
+        planner.roundtrip_ms, planner.roundtrip_by_stage, planner.costs.state_bytes, planner.costs.activation_bytes,
+        np.inf, planner.inflight_float, planner.costs.prefix_param_bytes, planner.bandwidth_gbps, planner.num_layers,
+        planner.microbatches, planner.minimum)
+    assert [tuple(row) for row in levers[0].tolist()] == expected
+    sync = np.array([planner.costs.sync_ms(c, replicas, planner.bandwidth_gbps).max() for c in expected])
+    by_python = observation_module._lever_kernel(
+        planner.prefix_compute_ms, planner.roundtrip_ms, np.array(expected), sync, by_device, np.ones(stages - 1),
+        np.asarray(planner.even, dtype=np.float64), planner.num_layers, replicas * 4, planner.minimum)
+    for compiled, reference in zip(levers[1:5], by_python, strict=True):
+        np.testing.assert_array_equal(compiled, reference)
+    np.testing.assert_array_equal(levers[5], by_device.max(axis=1))
