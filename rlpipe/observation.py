@@ -768,7 +768,7 @@ class ObservationEncoder:
                 continue  # the flag stays 0 (the observation starts at zeros)
             early_saving = saving if early_count.held_iterations == count.held_iterations else self._saving(
                 early_count.held_iterations, now_ms, after_ms, stall_s, home)
-            # (escalation_figures, as floats)
+            # the escalation's figures (:attr:`escalation_figures`), as floats
             escalates = pays != G.BOTH_PAYS or round_trip_pays(self._saving(
                 early_count.held_iterations, rebalance_ms, both_ms, max(both_stall - rebalance_stall, 0.0), home))
             observation[g + early_flag] = float(round_trip_pays(early_saving) and escalates
