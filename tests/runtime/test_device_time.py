@@ -265,12 +265,15 @@ def run_until_an_interval_holds_the_onset(tmp_path, tries: int = 3) -> tuple[lis
     """A 2-stage run whose device 1 slows 4x at trace second 90, and the interval within which that began.
     Trace time follows the wall clock, so the onset falls wherever the machine's speed puts it, now and then in
     the short gap between two intervals (the exchange and the decision), where no interval mixes the two
-    conditions: the run is then repeated, ``tries`` times at most."""
-    (tmp_path / "trace.csv").write_text("time_s,device,slowdown\n90,1,4.0\n")
+    conditions: the run is then repeated, ``tries`` times at most, the onset 7 trace seconds (0.35 s) later each
+    time. (Emulated device time repeats a run's timing closely: on a fresh clone in CI, three runs with the same
+    onset put it in the same gap.)"""
     for attempt in range(tries):
+        trace = tmp_path / f"trace{attempt}.csv"
+        trace.write_text(f"time_s,device,slowdown\n{90 + 7 * attempt},1,4.0\n")
         records, _ = run(tmp_path, f"onset{attempt}", "--stages", "2", "--microbatches", "4", "--batch", "16",
                          "--duration-s", "12", "--interval", "6", "--device-time", "emulated",
-                         "--interference", f"trace:{tmp_path / 'trace.csv'}", "--time-scale", "20")
+                         "--interference", f"trace:{trace}", "--time-scale", "20")
         assert records[-1]["injected_slowdown"][1] == pytest.approx(4.0)  # the run reached the slowdown
         mixed = [i for i, r in enumerate(records) if 1.0 + 1e-6 < r["injected_slowdown"][1] < 4.0 - 1e-6]
         if mixed:
