@@ -44,9 +44,14 @@ straggler above (0.9949 and 0.9954, as `falcon-early`) and still re-plans on the
 132 held-out episodes 0.93878 against 0.93800 (16 differ, 14 up, 2 down: -0.0027 and -0.0004); on the table's
 episodes 4 x 2 as `fe+layers` (periodic +0.0013, persistent +0.0016, heavy +0.0003, mixed -0.0002; mean 0.9760
 against 0.9757), 4 x 4 light, heavy, bursty +0.0002-3, persistent +0.0010, but **mixed -0.0051: 5 of the 10
-episodes lower, none higher** (-0.0225 to -0.0035; 0.8327 against 0.8378, `falcon` 0.8299). Not adopted either: a
-systematic loss on replicated `mixed` at 4 replicas, whose cause (a re-plan of every replica for one replica's
-co-location, undone when it ends?) is not yet found.
+episodes lower, none higher** (-0.0225 to -0.0035; 0.8327 against 0.8378, `falcon` 0.8299). Not adopted either.
+The largest loss, traced (episode 8, cnn16 with 32 micro-batches a replica: iterations of 3.9 s): at the third
+decision a 3.4x straggler in replica 4; `falcon-early` re-plans and rebalances together (predicted 1,813.5 ms, for
+3.9 s of stall), the variant re-plans alone (1,867.3 ms, 2.97% slower, inside its 3%, for 0.5 s) and, 11 decisions
+later, re-plans and rebalances anyway: both stalls paid, and the two runs part (0.6975 against 0.6638 over the next
+30 decisions, 0.7541 against 0.7316 over the episode). A plan a few percent short of the other lever's is reached
+by an escalation later, for its stall, so the re-plan's smaller stall bought nothing. The live case needs the
+tolerance (the re-plan predicted 2.1% slower than the rebalance there, simulated equal); this one needs it tighter.
 """
 import sys
 from dataclasses import dataclass
