@@ -80,29 +80,32 @@ class LayersLeverFalcon(EarlyFalconPolicy):
 
     within: float | None = None
 
+    def __post_init__(self):
+        super().__post_init__()
+        self._layers = LostTime(self.min_gain, self.noise_multiple, self.outlived_gain)  # the re-plan's own count
+        self._seen = None  # the plan it last saw running
+
     def reset(self):
         super().reset()
-        self._layers = LostTime(self.min_gain, self.noise_multiple, self.outlived_gain)
+        self._layers.reset()
         self._seen = None
 
     def act(self, observation, mask, context):
         encoder = context.encoder
-        if not hasattr(self, "_layers"):
-            self.reset()
         chosen = super().act(observation, mask, context)
         if encoder.latest is None or encoder.planner.replicas == 1:
             return chosen
         self._seen = restart_on_change(self._seen, context, self._layers)
-        layers = ski_rental_fires(self._layers, encoder.replan_figures, encoder, bool(mask[REPLAN]),
-                                  self.confirm_intervals, self.min_survival, self.early_stalls) and pays_round_trip(
-            self._layers, encoder.replan_figures, encoder, (encoder.targets.replan, encoder.split), self.round_trip)
+        replan = encoder.replan_figures
+        layers = ski_rental_fires(self._layers, replan, encoder, bool(mask[REPLAN]), self.confirm_intervals,
+                                  self.min_survival, self.early_stalls) and pays_round_trip(
+            self._layers, replan, encoder, (encoder.targets.replan, encoder.split), self.round_trip)
         if not layers or chosen not in (REBALANCE, BOTH):
             return chosen
         figures = encoder.rebalance_figures if chosen == REBALANCE else encoder.both_figures
-        if self.within is not None and encoder.replan_figures[1] > figures[1] * (1 + self.within):
+        if self.within is not None and replan[1] > figures[1] * (1 + self.within):
             return chosen  # the other plan is faster by a gain the rules act on: the re-plan is no way there
-        return REPLAN if self._net_saving_s(encoder.replan_figures, encoder) > self._net_saving_s(figures, encoder) \
-            else chosen
+        return REPLAN if self._net_saving_s(replan, encoder) > self._net_saving_s(figures, encoder) else chosen
 
     def _net_saving_s(self, figures, encoder):
         age = max(self._layers.held_iterations, encoder.imbalance_age_iterations, 1)
