@@ -78,14 +78,16 @@ def shipped_config() -> TrainConfig:
 
 
 def ppo_phase_steps_per_s(timesteps: int = 131_072, vec_env: str | None = None,
-                          vec_workers: int | None = None, imitate: bool = True) -> tuple[float, float]:
+                          vec_workers: int | None = None, imitate: bool = True,
+                          net_arch: list[int] | None = None) -> tuple[float, float]:
     """A training run as `rlpipe train --config configs/ppo.yml --timesteps N` runs it, N = ``timesteps``
     (its imitation in proportion: 40% of N decisions, a critic warm-up of 20%; then PPO from the imitated
     policy, with the behaviour anchor; the periodic evaluations off), its environments stepped as ``vec_env``
     and ``vec_workers`` say (dummy, or subproc in that many processes; None: as the config says), with torch's
     default threads, as the command runs. Returns (the PPO phase's environment steps/s end to end: rollouts,
     updates and the anchor, the scoring at its end left out; the whole run's steps/s, imitation and all).
-    ``imitate=False``: PPO from scratch (what this bench timed until 2026-12-04), which is not this phase."""
+    ``imitate=False``: PPO from scratch (what this bench timed until 2026-12-04), which is not this phase.
+    ``net_arch``: the actor's and the critic's hidden layers instead of the config's."""
     import tempfile
 
     from rlpipe.agents.phase_times import PhaseTimes
@@ -96,6 +98,8 @@ def ppo_phase_steps_per_s(timesteps: int = 131_072, vec_env: str | None = None,
     config.vec_env, config.vec_workers = vec_env or config.vec_env, vec_workers or config.vec_workers
     if not imitate:
         config.imitate = None
+    if net_arch is not None:
+        config.policy_kwargs = {**config.policy_kwargs, "net_arch": net_arch}
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         train(config, out, progress=False)
@@ -210,13 +214,16 @@ def run() -> dict:
     # first, with torch's default threads (the later figures set 1). The shipped layout (split: 8 environments
     # stepped in this process while 8 step in another) three times, as this machine's speed moves by a fifth
     # between runs minutes apart: the median, and every run beside it; dummy (all 16 in turn in this process,
-    # the default until 2026-12-05) once between its first two runs
+    # the default until 2026-12-05) once between its first two runs, and the 256-wide layers shipped until
+    # 2026-12-06 22:58 after each of them
     figures: dict = {"torch_threads_in_training": torch.get_num_threads()}
     config = shipped_config()
     shipped = {"vec_env": config.vec_env, "vec_workers": config.workers()}
-    runs = [ppo_phase_steps_per_s(**shipped)]
+    runs, wider = [ppo_phase_steps_per_s(**shipped)], []
     dummy = ppo_phase_steps_per_s(vec_env="dummy")
-    runs += [ppo_phase_steps_per_s(**shipped) for _ in range(2)]
+    for _ in range(2):
+        wider.append(ppo_phase_steps_per_s(**shipped, net_arch=[256, 256])[0])
+        runs.append(ppo_phase_steps_per_s(**shipped))
     phase_rates = [rates[0] for rates in runs]
     median_run = sorted(runs)[1]  # (PPO phase steps/s, whole run steps/s) of the median run
     figures["ppo_phase_steps_per_s_free_env"] = ppo_ceiling_steps_per_s()
@@ -225,6 +232,8 @@ def run() -> dict:
                     "ppo_phase_steps_per_s_highest": max(phase_rates), "ppo_phase_steps_per_s_runs": phase_rates,
                     "ppo_phase_target_steps_per_s": 3_000, "ppo_phase_steps_per_s_vec_env_dummy": dummy[0],
                     "ppo_phase_shipped_over_dummy": median_run[0] / dummy[0],
+                    "ppo_phase_steps_per_s_net_256_runs": wider,
+                    "ppo_phase_shipped_over_net_256": sum(phase_rates[1:]) / sum(wider),  # the runs beside them
                     # 52,428 decisions imitated, the config's DAgger rounds of 17,476, 28,672 critic steps, then PPO
                     "train_run_131k_steps_per_s": median_run[1],
                     # the measure reported until 2026-12-04 (then with one torch thread), for comparison
