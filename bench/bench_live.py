@@ -229,7 +229,8 @@ def to_markdown(results: dict) -> str:
                       "| rebalances / run | iterations / run | fidelity | overran | decision ms |",
                       "|---|---|---|---|---|---|---|---|---|---|---|"]
             for policy, m in block["table"].items():
-                lines.append(f"| {policy} | {m['live_mean']:.1f} | {m['live_spread']:.1f} | "
+                # two decimals: spreads are hundredths of a sample/s, and one decimal printed them all as 0.0
+                lines.append(f"| {policy} | {m['live_mean']:.2f} | {m['live_spread']:.2f} | "
                              f"{m['live_vs_static']:.3f} | {m['sim_vs_static']:.3f} | "
                              f"{m['repartitions_per_run']:.1f} | {m['rebalances_per_run']:.1f} | "
                              f"{m['iterations_per_run']:.0f} | {m['fidelity']:.3f} | "
@@ -242,6 +243,6 @@ def to_markdown(results: dict) -> str:
                       f"(pairs inside the spread are ties): {verdict}.", ""]
     pairs = results["repeatability"]
     lines += [f"Repeatability: {PAIRS} pairs of the same static run without interference ({PAIR_DURATION_S:g} s each, "
-              f"the pipeline's scale): throughputs " + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in pairs["pairs"])
+              f"the pipeline's scale): throughputs " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in pairs["pairs"])
               + f"; largest gap {pairs['largest_gap']:.1%} (bar: 3%)."]
     return "\n".join(lines)
