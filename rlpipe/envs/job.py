@@ -456,26 +456,38 @@ def best_kernel(op_stage, op_backward, op_producer, op_link, op_microbatch, bank
     iteration ms): the fastest, ties ordered as Python orders (ms, partition, split) tuples; or (-m, ...) when a
     split needs graphs of m micro-batches that the bank does not hold."""
     best, best_split, best_ms = 0, even, np.inf
+    replicas = slowdown.shape[0]
+    # the even split's runs, kept: a probe or a balanced split equal to it is that run again (with 8 replicas
+    # of 8 stages a run is ~40 us, and a step of long iterations meets dozens of new rows of conditions)
+    even_pipelines, even_ms = np.empty((with_even, replicas)), np.empty(with_even)
     for c in range(with_even):
-        ms = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, even, fwd_ms[c],
-                     bwd_ms[c], link_ms[c], sync_ms[c], slowdown, links, factors, op_ms, iteration_overhead_ms)[1]
-        if _precedes(ms, candidates[c], even, best_ms, candidates[best], best_split):
-            best, best_split, best_ms = c, even, ms
+        even_pipelines[c], even_ms[c] = _job_ms(
+            op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, even, fwd_ms[c], bwd_ms[c],
+            link_ms[c], sync_ms[c], slowdown, links, factors, op_ms, iteration_overhead_ms)
+        if _precedes(even_ms[c], candidates[c], even, best_ms, candidates[best], best_split):
+            best, best_split, best_ms = c, even, even_ms[c]
     if rebalance:
-        replicas = slowdown.shape[0]
         low, high = np.full(replicas, minimum), np.full(replicas, probe)
+        high_is_even = np.all(high == even)
         for c in range(candidates.shape[0]):
             at_low = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, low, fwd_ms[c],
                              bwd_ms[c], link_ms[c], 0.0, slowdown, links, factors, op_ms, iteration_overhead_ms)[0]
-            at_high = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, high,
-                              fwd_ms[c], bwd_ms[c], link_ms[c], 0.0, slowdown, links, factors, op_ms,
-                              iteration_overhead_ms)[0]
+            if c < with_even and high_is_even:
+                at_high = even_pipelines[c]
+            else:
+                at_high = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, high,
+                                  fwd_ms[c], bwd_ms[c], link_ms[c], 0.0, slowdown, links, factors, op_ms,
+                                  iteration_overhead_ms)[0]
             step = (at_high - at_low) / (probe - minimum)
             split = greedy_split(at_low - (minimum - 1) * step, step, total, minimum)
             if split.max() + 1 >= bank_starts.shape[0]:
                 return -split.max(), split, np.inf
-            ms = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, split, fwd_ms[c],
-                         bwd_ms[c], link_ms[c], sync_ms[c], slowdown, links, factors, op_ms, iteration_overhead_ms)[1]
+            if c < with_even and np.all(split == even):
+                ms = even_ms[c]
+            else:
+                ms = _job_ms(op_stage, op_backward, op_producer, op_link, op_microbatch, bank_starts, split,
+                             fwd_ms[c], bwd_ms[c], link_ms[c], sync_ms[c], slowdown, links, factors, op_ms,
+                             iteration_overhead_ms)[1]
             if _precedes(ms, candidates[c], split, best_ms, candidates[best], best_split):
                 best, best_split, best_ms = c, split, ms
     return best, best_split, best_ms
