@@ -19,12 +19,12 @@ Measured 2026-12-07 01:40-02:20 (this code, on slow hours: `bench_env`'s phase o
 00:07; here, runs of 65,536 and 131,072 steps made 1,550 to 2,522 steps/s):
 - rollouts 131072, twice (2,522 and 1,741 steps/s): the first two PPO rollouts took 4.10 and 3.51 s, then 5.86 and
   4.66 s, against a median rollout of 1.18 and 1.4-2.3 s. In the first this process stepped its 8 environments in
-  1.3-1.8 s and waited 3.2-3.6 s for the worker; in the second it stepped its own in 4.0-4.5 s. The run is seeded,
-  so the same episodes meet the phase's start every time (the environments reset as PPO starts): one shard, then
-  the other, steps an episode whose steps cost tens of milliseconds (one environment 3.0-4.0 s of its shard's
-  4.5-4.6 s; CPU time equal to wall time; gen-2 garbage collections 0.1-0.2 s). About 5 s more than two median
-  rollouts on the fastest of ten such runs (seeds 2, 3 and 4), 7.6 s on the slowest: some 11% of a 131,072-step
-  phase, 2% of the shipped run's 753,664 steps.
+  1.3-1.8 s and waited 3.2-3.6 s for the worker; in the second it stepped its own in 4.0-4.5 s. It happened with
+  seeds 2, 3 and 4 alike (the environments all reset as PPO starts; why a costly episode comes first in each shard
+  is not explained here): one shard, then the other, steps an episode whose steps cost tens of milliseconds (one
+  environment 3.0-4.0 s of its shard's 4.5-4.6 s; CPU time equal to wall time; gen-2 garbage collections 0.1-0.2 s).
+  About 5 s more than two median rollouts on the fastest of ten such runs (seeds 2, 3 and 4), 7.6 s on the slowest:
+  some 11% of a 131,072-step phase, 2% of the shipped run's 753,664 steps.
 - episodes 400: 67.6 s for 185,354 steps (365 us a step; 200-360 us in most episodes); 116 episodes over 1 ms a
   step: 3.2% of the steps, 27.8% of the time. Most are short (under 100 steps: a reset of 3.5-7 ms and first steps
   of 1-2 ms, before the caches of a new job fill; resets 3.4% of all the time) or see a new row of conditions
