@@ -36,8 +36,8 @@ Measured 2026-12-07 01:40-02:20 (this code, on slow hours: `bench_env`'s phase o
   65,536-step phase this process waited for the worker 1.14 ms a step on average against a median of 0.4 ms, and
   its own shard took 3.39 ms on average against a median of 2.88.
 """
+import argparse
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -77,22 +77,19 @@ def rollouts(timesteps: int) -> None:
         if in_phase[0]:
             marks["update"].append(time.perf_counter() - start)
 
-    def timed_step_wait(self):
-        start = time.perf_counter()
-        try:
-            return step_wait(self)
-        finally:
-            clock["wait"] += time.perf_counter() - start
-
-    def timed_here(self):
-        start = time.perf_counter()
-        try:
-            return here_recv(self)
-        finally:
-            clock["own"] += time.perf_counter() - start
+    def clocked(method, key: str):
+        """``method``, its seconds added to ``clock[key]``."""
+        def timed(self):
+            start = time.perf_counter()
+            try:
+                return method(self)
+            finally:
+                clock[key] += time.perf_counter() - start
+        return timed
 
     MaskablePPO.learn, MaskablePPO.collect_rollouts, MaskablePPO.train = timed_learn, timed_collect, timed_update
-    vec_env.ShardedVecEnv.step_wait, vec_env._ShardHere.recv = timed_step_wait, timed_here
+    vec_env.ShardedVecEnv.step_wait = clocked(step_wait, "wait")  # this shard's steps, then the worker's answer
+    vec_env._ShardHere.recv = clocked(here_recv, "own")  # this shard's steps
     phase_steps_per_s, _ = ppo_phase_steps_per_s(timesteps)
     steps_per_rollout = timesteps / len(marks["rollout"])
     median = statistics.median(r + u for r, u in zip(marks["rollout"], marks["update"]))
@@ -133,5 +130,10 @@ def episodes(count: int) -> None:
 
 
 if __name__ == "__main__":
-    mode, amount = sys.argv[1], int(sys.argv[2])
-    {"rollouts": rollouts, "episodes": episodes}[mode](amount)
+    parser = argparse.ArgumentParser(description="Where the PPO phase's time goes (see the module docstring).")
+    parser.add_argument("mode", choices=["rollouts", "episodes"],
+                        help="rollouts: a bench-sized training run, every PPO rollout timed; episodes: the training "
+                             "distribution's episodes timed one by one")
+    parser.add_argument("amount", type=int, help="rollouts: training steps (the bench: 131072); episodes: episodes")
+    args = parser.parse_args()
+    {"rollouts": rollouts, "episodes": episodes}[args.mode](args.amount)
