@@ -7,13 +7,17 @@ tested).
 
     .venv/bin/python docs/experiments/ppo_phase_time.py rollouts 131072
     .venv/bin/python docs/experiments/ppo_phase_time.py episodes 400
+    .venv/bin/python docs/experiments/ppo_phase_time.py costly 131072
 
 `rollouts N`: a run as `bench_env` runs it (`ppo_phase_steps_per_s(N)`), with every PPO rollout and update timed,
 and in each rollout the seconds this process stepped its own 8 environments and waited for the worker's 8. Prints
 the phase's steps/s, the rollouts' seconds in order, and the phase's steps/s had every rollout taken the median's
 time. `episodes N`: N episodes of the training distribution, one environment in one process, a policy keeping 97%
 of the time (as `bench_env`'s environment figures): each episode's seconds and steps, the share of all the time
-spent in episodes costing more than 1 ms a step, and the costliest episodes' layout.
+spent in episodes costing more than 1 ms a step, and the costliest episodes' layout. `costly N`: a run as
+`bench_env` runs it, every episode of any process (imitation, warm-up, PPO) that cost over 0.3 s printed as it ends,
+with its process, when it began and ended (seconds since the run began; the PPO phase's start is printed too) and
+its layout.
 
 Measured 2026-12-07 01:40-02:20 (this code, on slow hours: `bench_env`'s phase on this code measured 2,798 at
 00:07; here, runs of 65,536 and 131,072 steps made 1,550 to 2,522 steps/s):
@@ -35,8 +39,14 @@ Measured 2026-12-07 01:40-02:20 (this code, on slow hours: `bench_env`'s phase o
   of the time for 21% of the steps. In training, while one shard steps such an episode the other waits: in a
   65,536-step phase this process waited for the worker 1.14 ms a step on average against a median of 0.4 ms, and
   its own shard took 3.39 ms on average against a median of 2.88.
+- costly 131072 (seed 2, 05:44, a phase of 1,960 steps/s; the same episodes at 04:10): the phase began at 78.7 s;
+  the worker's first episode after the reset, 8 x 8 with 32 micro-batches under 4,264 rows, cost 2.40 s for 32
+  steps (79.1-81.6 s), this process's 8 x 7 with 16 under 3,733 rows 1.34 s for 70 steps and 8 x 8 under 847 rows
+  0.41 s (84.0-86.8 s): some 4 s of the phase's start. Later such episodes came now and then (8 x 6 under 3,682
+  rows: 1.30 s; 4 x 8 under 2,905: 1.13 s).
 """
 import argparse
+import os
 import statistics
 import time
 
@@ -100,6 +110,39 @@ def rollouts(timesteps: int) -> None:
               f"waiting for the worker {wait:5.2f} s)")
 
 
+def costly(timesteps: int) -> None:
+    """A bench-sized run, every episode costing over 0.3 s printed when it ends."""
+    step, reset, learn = RepartitionEnv.step, RepartitionEnv.reset, MaskablePPO.learn
+    run_start = time.time()  # wall time, as the forked processes read it too
+
+    def timed_reset(self, *args, **kwargs):
+        start = time.perf_counter()
+        result = reset(self, *args, **kwargs)
+        self.episode_cost_s, self.episode_steps, self.episode_began = time.perf_counter() - start, 0, time.time()
+        return result
+
+    def timed_step(self, action):
+        start = time.perf_counter()
+        result = step(self, action)
+        self.episode_cost_s += time.perf_counter() - start
+        self.episode_steps += 1
+        if (result[2] or result[3]) and self.episode_cost_s > 0.3:
+            s, began = self.situation, self.episode_began - run_start
+            print(f"process {os.getpid()}: {self.episode_cost_s:.2f} s, {self.episode_steps:,} steps, from "
+                  f"{began:.1f} to {time.time() - run_start:.1f} s; {s.replicas} x {s.num_stages}, "
+                  f"{s.microbatches} micro-batches, K = {s.interval_iterations}, {len(s.trace.slowdown):,} rows",
+                  flush=True)
+        return result
+
+    def marked_learn(self, *args, **kwargs):
+        if kwargs.get("tb_log_name") == "ppo":
+            print(f"the PPO phase begins at {time.time() - run_start:.1f} s", flush=True)
+        return learn(self, *args, **kwargs)
+
+    RepartitionEnv.step, RepartitionEnv.reset, MaskablePPO.learn = timed_step, timed_reset, marked_learn
+    print(f"PPO phase {ppo_phase_steps_per_s(timesteps)[0]:,.0f} steps/s")
+
+
 def episodes(count: int) -> None:
     """The training distribution's episodes, one by one, timed."""
     env = RepartitionEnv(**_env_kwargs(shipped_config()), step_info=False)
@@ -131,9 +174,10 @@ def episodes(count: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Where the PPO phase's time goes (see the module docstring).")
-    parser.add_argument("mode", choices=["rollouts", "episodes"],
+    parser.add_argument("mode", choices=["rollouts", "episodes", "costly"],
                         help="rollouts: a bench-sized training run, every PPO rollout timed; episodes: the training "
-                             "distribution's episodes timed one by one")
-    parser.add_argument("amount", type=int, help="rollouts: training steps (the bench: 131072); episodes: episodes")
+                             "distribution's episodes timed one by one; costly: a bench-sized run's costly episodes")
+    parser.add_argument("amount", type=int,
+                        help="rollouts, costly: training steps (the bench: 131072); episodes: episodes")
     args = parser.parse_args()
-    {"rollouts": rollouts, "episodes": episodes}[args.mode](args.amount)
+    {"rollouts": rollouts, "episodes": episodes, "costly": costly}[args.mode](args.amount)
