@@ -3,11 +3,11 @@ tested).
 
 `bench_env` times the PPO phase of a 131,072-step run of the shipped config; the shipped policy's own retrain
 (753,664 PPO steps) ran its phase at 3,158 steps/s where the bench, an hour later and on the same code, measured
-2,798. Two modes:
+2,798. Three modes, run from the repository root (``PYTHONPATH=.``: it imports the bench's run):
 
-    .venv/bin/python docs/experiments/ppo_phase_time.py rollouts 131072
-    .venv/bin/python docs/experiments/ppo_phase_time.py episodes 400
-    .venv/bin/python docs/experiments/ppo_phase_time.py costly 131072
+    PYTHONPATH=. .venv/bin/python docs/experiments/ppo_phase_time.py rollouts 131072
+    PYTHONPATH=. .venv/bin/python docs/experiments/ppo_phase_time.py episodes 400
+    PYTHONPATH=. .venv/bin/python docs/experiments/ppo_phase_time.py costly 131072
 
 `rollouts N`: a run as `bench_env` runs it (`ppo_phase_steps_per_s(N)`), with every PPO rollout and update timed,
 and in each rollout the seconds this process stepped its own 8 environments and waited for the worker's 8. Prints
