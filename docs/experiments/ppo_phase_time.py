@@ -39,13 +39,13 @@ Measured 2026-12-07 01:40-02:20 (this code, on slow hours: `bench_env`'s phase o
   of the time for 21% of the steps. In training, while one shard steps such an episode the other waits: in a
   65,536-step phase this process waited for the worker 1.14 ms a step on average against a median of 0.4 ms, and
   its own shard took 3.39 ms on average against a median of 2.88.
-- costly 131072 (seed 2, 05:40, a phase of 1,960 steps/s; the same episodes at 04:10): the phase began at 78.7 s;
-  the worker's first episode after the reset, 8 x 8 with 32 micro-batches under 4,264 rows, cost 2.40 s for 32
-  steps (79.1-81.6 s), this process's 8 x 7 with 16 under 3,733 rows 1.34 s for 70 steps and 8 x 8 under 847 rows
-  0.41 s (84.0-86.8 s): some 4 s of the phase's start. Later such episodes came now and then (8 x 6 under 3,682
-  rows: 1.30 s; 4 x 8 under 2,905: 1.13 s). Not every seed's: seeds 2, 3 and 4 share 14-15 of their 16 environment
-  seeds. With `--seed 40` (rollouts mode), the first two rollouts took 2.61 and 1.62 s against a
-  median of 1.58 s; with `--seed 100`, 1.21 and 1.08 s against 1.42 (a phase of 2,833 steps/s).
+- costly 131072 (seed 2, 05:40, a phase of 1,960 steps/s; the same episodes at 04:10): the phase began at 78.7 s; the
+  worker's first episode after the reset, 8 x 8 with 32 micro-batches under 4,264 rows, cost 2.40 s for 32 steps
+  (79.1-81.6 s), this process's 8 x 7 with 16 under 3,733 rows 1.34 s for 70 steps and 8 x 8 under 847 rows 0.41 s
+  (84.0-86.8 s): some 4 s of the phase's start. Later such episodes came now and then (8 x 6 under 3,682 rows: 1.30 s;
+  4 x 8 under 2,905: 1.13 s). Not every seed's: seeds 2, 3 and 4 share 14-15 of their 16 environment seeds. With
+  `--seed 40` (rollouts mode), the first two rollouts took 2.61 and 1.62 s against a median of 1.58 s; with `--seed
+  100`, 1.21 and 1.08 s against 1.42 (a phase of 2,833 steps/s).
 """
 import argparse
 import os
