@@ -176,13 +176,24 @@ def episodes(count: int) -> None:
         rows.append((time.perf_counter() - start, steps, episode, s.replicas, s.num_stages, s.microbatches,
                      s.interval_iterations, len(s.trace.slowdown)))
     total_s, total_steps = sum(r[0] for r in rows), sum(r[1] for r in rows)
-    costly = [r for r in rows if r[0] / r[1] > 1e-3]
+    over_1_ms = [r for r in rows if r[0] / r[1] > 1e-3]
     print(f"{count} episodes: {total_s:.1f} s, {total_steps:,} steps ({total_s / total_steps * 1e6:.0f} us a step); "
-          f"{len(costly)} episodes over 1 ms a step: {sum(r[1] for r in costly) / total_steps:.1%} of the steps, "
-          f"{sum(r[0] for r in costly) / total_s:.1%} of the time")
+          f"{len(over_1_ms)} episodes over 1 ms a step: {sum(r[1] for r in over_1_ms) / total_steps:.1%} of the steps, "
+          f"{sum(r[0] for r in over_1_ms) / total_s:.1%} of the time")
     for seconds, steps, episode, replicas, stages, microbatches, k, trace_rows in sorted(rows, reverse=True)[:10]:
         print(f"episode {episode:4d}: {seconds:5.2f} s, {steps:6,} steps, {seconds / steps * 1e3:6.2f} ms a step; "
               f"{replicas} x {stages}, {microbatches} micro-batches, K = {k}, {trace_rows:,} trace rows")
+
+
+def at_least(minimum: int):
+    """An argument type: a whole number of at least ``minimum`` (argparse turns a bad one into a one-line error)."""
+    def whole(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(text)
+        return value
+    whole.__name__ = f"whole number >= {minimum}"  # argparse names the type in its error
+    return whole
 
 
 if __name__ == "__main__":
@@ -190,9 +201,10 @@ if __name__ == "__main__":
     parser.add_argument("mode", choices=["rollouts", "episodes", "costly"],
                         help="rollouts: a bench-sized training run, every PPO rollout timed; episodes: the training "
                              "distribution's episodes timed one by one; costly: a bench-sized run's costly episodes")
-    parser.add_argument("amount", type=int,
+    parser.add_argument("amount", type=at_least(1),
                         help="rollouts, costly: training steps (the bench: 131072); episodes: episodes")
-    parser.add_argument("--seed", type=int, help="rollouts, costly: the training seed instead of the config's (2)")
+    parser.add_argument("--seed", type=at_least(0),
+                        help="rollouts, costly: the training seed instead of the config's (2)")
     args = parser.parse_args()
     if args.seed is not None:
         use_seed(args.seed)
