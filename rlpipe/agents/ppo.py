@@ -29,6 +29,7 @@ from rlpipe.agents import HEURISTICS, imitation
 from rlpipe.agents.artifact import Actor, ArtifactMeta, save_artifact
 from rlpipe.agents.deployed import PPOPolicy
 from rlpipe.agents.phase_times import PhaseTimes
+from rlpipe.agents.rollout_policy import RolloutPolicy
 from rlpipe.agents.vec_env import ShardedVecEnv
 from rlpipe.calibration import Calibration
 from rlpipe.envs.evaluation import bootstrap_interval, run_episode
@@ -366,7 +367,8 @@ def train(config: TrainConfig, out_dir: str | Path, progress: bool = True) -> Pa
     if isinstance(config.learning_rate, str) and config.learning_rate.startswith("lin_"):  # zoo notation
         initial = float(config.learning_rate[4:])
         hyper["learning_rate"] = lambda progress_remaining: progress_remaining * initial
-    model = MaskablePPO(config.policy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
+    # MlpPolicy, the only policy the config takes (validate), with a cheaper rollout forward pass, bit for bit
+    model = MaskablePPO(RolloutPolicy, train_env, seed=config.seed, tensorboard_log=str(out / "tb"),
                         policy_kwargs=dict(config.policy_kwargs), verbose=0, **hyper)
     times = PhaseTimes()
     try:
