@@ -71,7 +71,6 @@ step of training.
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from collections.abc import Sequence
@@ -83,6 +82,17 @@ from numba import njit
 from rlpipe.partition import bottleneck_dp, link_transfer_ms, stage_edges
 from rlpipe.planning import MAX_SLOWDOWN_ESTIMATE, Planner, StatsError, move_bottlenecks_kernel
 from rlpipe.simulator import operation_graph, simulate_kernel
+from rlpipe.ski_rental import (
+    NOT_JUDGED,
+    counted,
+    first_max,
+    first_min,
+    pays,
+    reached,
+    remaining_iterations,
+    saving_s,
+    survival,
+)
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats, tail_iterations
 
@@ -105,6 +115,7 @@ LOG_SPAN = math.log1p(100.0)  # log-scaled durations reach 1.0 at 100 units
 NOISE_MEMORY = 0.05  # the noise estimates are running means with this weight on each interval
 MEDIAN_ABS_DIFF_TO_SIGMA = 1 / (0.6745 * math.sqrt(2))  # sigma from the median |log l1 - log l0| of two readings
 PAST_SLOWDOWNS = 64  # the ended slowdowns remembered
+MIN_SEEN = 3  # an imbalance's remaining life is judged from at least this many ended slowdowns
 ROUND_TRIP_STALLS = 3.0  # the rules' round-trip test: a move away from the launch plan saves this many stalls
 ROUND_TRIP_SPAN = 2.0  # the round-trip margins' ceiling, and their value where the test does not apply
 RULE_CONFIRM_INTERVALS = 2  # the rules' defaults (threshold, falcon): intervals in a row a gain must hold,
@@ -141,12 +152,17 @@ class G:
 
 
 CONFIRMED_SPAN = 4  # the counts' intervals in a row are carried up to this many (rules confirm over 2)
-EARLY_FLAGS = {G.REPLAN_PAYS: (G.REPLAN_PAYS_EARLY, EARLY_RESPLIT_STALLS),  # falcon-early's tests after one interval
-               G.BOTH_PAYS: (G.BOTH_PAYS_EARLY, EARLY_RESPLIT_STALLS),
-               G.REBALANCE_PAYS: (G.REBALANCE_PAYS_EARLY, EARLY_REBALANCE_STALLS)}
+# each lever's global features (re-plan, rebalance, both: rows), as the compiled :func:`_fill_counts` reads them
+_LEVER_SLOTS = np.array([
+    [G.REPLAN_GAIN, G.REPLAN_COST, G.LOST, G.REPLAN_CONFIRMED, G.REPLAN_ROUND_TRIP, G.REPLAN_PAYS, G.REPLAN_PAYS_EARLY],
+    [G.REBALANCE_GAIN, G.REBALANCE_COST, G.REBALANCE_LOST, G.REBALANCE_CONFIRMED, G.REBALANCE_ROUND_TRIP,
+     G.REBALANCE_PAYS, G.REBALANCE_PAYS_EARLY],
+    [G.BOTH_GAIN, G.BOTH_COST, G.BOTH_LOST, G.BOTH_CONFIRMED, G.BOTH_ROUND_TRIP, G.BOTH_PAYS, G.BOTH_PAYS_EARLY]])
+_EARLY_STALLS = np.array([EARLY_RESPLIT_STALLS, EARLY_REBALANCE_STALLS, EARLY_RESPLIT_STALLS])  # falcon-early's tests
+_NOISE_SLOT, _DISPERSION_SLOT, _HELD_SLOT, _PAST_COUNT_SLOT = G.NOISE, G.DISPERSION, G.HELD, G.PAST_COUNT
+_PAST_MEDIAN_SLOT, _PAST_LONGER_SLOT = G.PAST_MEDIAN, G.PAST_LONGER
 
 
-@dataclass
 class LostTime:
     """The ski-rental count (Greyhound, USENIX ATC'25): how much time the current imbalance has cost.
 
@@ -163,40 +179,64 @@ class LostTime:
             (the timer noise over the square root of the intervals behind them).
         outlived_gain: the smallest gain that counts while the plan in force has outlived the slowdown it was
             fitted to (:attr:`ObservationEncoder.plan_outlived`; None: ``min_gain``).
+        state: where the count's figures live, (lost s, intervals held, iterations held): a row of the encoder's
+            array, which the observation's compiled pass updates every interval (None: an array of its own).
     """
 
-    min_gain: float = RULE_MIN_GAIN
-    noise_multiple: float = 3.0
-    outlived_gain: float | None = None
-    lost_s: float = 0.0
-    held_intervals: int = 0
-    held_iterations: int = 0
+    def __init__(self, min_gain: float = RULE_MIN_GAIN, noise_multiple: float = 3.0,
+                 outlived_gain: float | None = None, state: np.ndarray | None = None):
+        self.min_gain, self.noise_multiple, self.outlived_gain = min_gain, noise_multiple, outlived_gain
+        self.state = np.zeros(3) if state is None else state
+
+    @property
+    def lost_s(self) -> float:
+        """The time the current imbalance has cost (the intervals' wall time x the share the action saves), s."""
+        return float(self.state[0])
+
+    @lost_s.setter
+    def lost_s(self, seconds: float) -> None:
+        self.state[0] = seconds
+
+    @property
+    def held_intervals(self) -> int:
+        """Intervals in a row the action's gain has cleared the count's bar."""
+        return int(self.state[1])
+
+    @held_intervals.setter
+    def held_intervals(self, intervals: int) -> None:
+        self.state[1] = intervals
+
+    @property
+    def held_iterations(self) -> int:
+        """Iterations in those intervals."""
+        return int(self.state[2])
+
+    @held_iterations.setter
+    def held_iterations(self, iterations: int) -> None:
+        self.state[2] = iterations
 
     def reset(self) -> None:
-        self.lost_s, self.held_intervals, self.held_iterations = 0.0, 0, 0
+        self.state[:] = 0.0
 
     def reached(self, stall_s: float, confirm_intervals: int, early_stalls: float = 0.0) -> bool:
         """The rules' count test: the time lost has reached the action's stall (s) and its gain has held
         ``confirm_intervals`` intervals in a row, or (``early_stalls`` > 0) one interval that lost at least
         ``early_stalls`` stalls already."""
-        early = early_stalls > 0 and self.held_intervals >= 1 and self.lost_s >= early_stalls * stall_s
-        return self.lost_s >= stall_s and (self.held_intervals >= confirm_intervals or early)
+        return bool(reached(self.state[0], self.state[1], stall_s, confirm_intervals, early_stalls))
 
     def update(self, now_ms: float, after_ms: float, noise_level: float, stats: IntervalStats,
                possible: bool, transient: bool = False, outlived: bool = False) -> None:
         """Count one interval, given the action's predicted iteration times (ms) now and after it; a
         ``transient`` interval (its conditions changed within it) neither adds to the count nor ends it;
         ``outlived``: the plan in force outlived the slowdown it was fitted to (``outlived_gain`` applies)."""
-        gain = now_ms / after_ms - 1.0 if after_ms > 0 else 0.0
-        min_gain = self.outlived_gain if outlived and self.outlived_gain is not None else self.min_gain
-        if not possible or gain <= max(min_gain, self.noise_multiple * noise_level):
-            self.reset()
-            return
-        if transient:
-            return
-        self.lost_s += (stats.wall_s - stats.stall_s) * (1.0 - after_ms / now_ms)
-        self.held_intervals += 1
-        self.held_iterations += stats.iterations
+        state = self.state
+        state[0], state[1], state[2] = counted(
+            state[0], state[1], state[2], now_ms, after_ms, noise_level, self.gain_to_count(outlived),
+            self.noise_multiple, possible, transient, stats.wall_s, stats.stall_s, stats.iterations)
+
+    def gain_to_count(self, outlived: bool) -> float:
+        """The smallest gain that counts; ``outlived``: the plan in force outlived its slowdown."""
+        return self.outlived_gain if outlived and self.outlived_gain is not None else self.min_gain
 
 
 @dataclass(frozen=True)
@@ -309,9 +349,8 @@ class ObservationEncoder:
         # previous ones: the ski-rental counts start again
         self._steady = np.zeros((2, devices))  # each device's mean load since its last change, and the intervals in it
         self.past_slowdowns: list[float] = []  # how long each ended slowdown lasted, iterations
-        self._past_sorted: list[float] = []  # the same, shortest first
+        self._past_sorted = np.zeros(0)  # the same, shortest first
         self._past_median = 0.0
-        self._remaining: dict[tuple[float, int], float | None] = {}  # expected_remaining_iterations this interval
         self.latest: IntervalStats | None = None
         self.device_estimate = np.ones(devices)
         self._imbalance_age = 0.0  # imbalance_age_iterations
@@ -323,11 +362,20 @@ class ObservationEncoder:
         self.split: tuple[int, ...] = self.planner.even
         self.targets = Targets(self.planner.ideal_boundaries, self.planner.even,
                                (self.planner.ideal_boundaries, self.planner.even))
-        self.lost_time = LostTime()
-        self.rebalance_lost_time = LostTime()  # restarted at every change of partition or split
-        self.both_lost_time = LostTime()  # re-plan and rebalance together; restarted likewise
+        # the six ski-rental counts' figures, a row each (re-plan, rebalance, both; falcon-early's on the same
+        # levers): the LostTime objects below read and write them, the compiled :func:`_fill_counts` too
+        self._counts = np.zeros((6, 3))
+        self.lost_time = LostTime(state=self._counts[0])
+        self.rebalance_lost_time = LostTime(state=self._counts[1])  # restarted at every change of partition or split
+        self.both_lost_time = LostTime(state=self._counts[2])  # re-plan and rebalance together; restarted likewise
         # falcon-early's three counts: the same but from OUTLIVED_MIN_GAIN while the plan outlived its slowdown
-        self.early_lost_times = tuple(LostTime(outlived_gain=OUTLIVED_MIN_GAIN) for _ in range(3))
+        self.early_lost_times = tuple(LostTime(outlived_gain=OUTLIVED_MIN_GAIN, state=self._counts[3 + k])
+                                      for k in range(3))
+        # each count's least gain, its noise multiple and its least gain once the plan in force has outlived its
+        # slowdown
+        self._count_params = np.array([(count.min_gain, count.noise_multiple, count.gain_to_count(True))
+                                       for count in (self.lost_time, self.rebalance_lost_time, self.both_lost_time,
+                                                     *self.early_lost_times)])
         self.plan_outlived = False  # the plan in force was fitted to a slowdown that has since ended
         self._fitted_to: list[float] | None = None  # the stage estimates the plan in force was chosen under
         self._running: tuple | None = None  # the (partition, split) of the last interval
@@ -428,10 +476,7 @@ class ObservationEncoder:
         """How likely the current imbalance is to last as long again, judged by the slowdowns this run has
         seen end: of those that outlasted its age, the share that lasted twice as long (a half-count prior:
         0.5 when none outlasted it)."""
-        age = max(self.lost_time.held_iterations, 1)
-        outlasted = len(self._past_sorted) - bisect.bisect_right(self._past_sorted, age)
-        doubled = len(self._past_sorted) - bisect.bisect_right(self._past_sorted, 2 * age)
-        return (doubled + 0.5) / (outlasted + 1.0)
+        return float(survival(self._past_sorted, max(self.lost_time.held_iterations, 1)))
 
     @property
     def imbalance_age_iterations(self) -> float:
@@ -439,7 +484,7 @@ class ObservationEncoder:
         imbalance's age, measured as ``past_slowdowns`` are (set by :meth:`observe`)."""
         return self._imbalance_age
 
-    def expected_remaining_iterations(self, age_iterations: float, min_seen: int = 3) -> float | None:
+    def expected_remaining_iterations(self, age_iterations: float, min_seen: int = MIN_SEEN) -> float | None:
         """How many more iterations an imbalance ``age_iterations`` old is expected to last, judged by the
         slowdowns this run has seen end: the mean further life of those that outlasted its age. Where fewer than
         ``min_seen`` outlasted it, the history judges it only up to the age of its ``min_seen``-th longest
@@ -452,20 +497,8 @@ class ObservationEncoder:
         one a minute on every device, now and then one outlasts all but a few of those seen, and the rules then
         paid a re-plan's stall near the pause's end, and another on the way back (``seqlen``: 3 to 17
         repartitions an hour for ``threshold``, 0.7 or fewer with this judgement)."""
-        age = max(age_iterations, 1)
-        key = (age, min_seen)
-        if key not in self._remaining:  # the three levers' counts ask at the same age, and so do the rules
-            self._remaining[key] = self._remaining_iterations(age, min_seen)
-        return self._remaining[key]
-
-    def _remaining_iterations(self, age: float, min_seen: int) -> float | None:
-        longer = self._past_sorted[bisect.bisect_right(self._past_sorted, age):]
-        if len(longer) >= min_seen:
-            return sum(longer) / len(longer) - age
-        if len(self._past_sorted) < min_seen:
-            return None
-        further = sum(longer) / len(longer) - age if longer else 0.0
-        return max(further, age - self._past_sorted[-min_seen])
+        remaining = remaining_iterations(self._past_sorted, float(max(age_iterations, 1)), min_seen)
+        return None if math.isnan(remaining) else float(remaining)
 
     def round_trip_saving(self, held_iterations: int, figures: np.ndarray | Sequence[float],
                           plan: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[float, float] | None:
@@ -475,18 +508,11 @@ class ObservationEncoder:
         few slowdowns seen end to judge (:meth:`expected_remaining_iterations`). The imbalance's age is how
         long the most slowed device has been disturbed, or ``held_iterations`` (how long a ski-rental count
         has held) if longer: a plan fitted to a slowdown that ended."""
-        now_ms, after_ms, stall_s = figures
-        return self._saving(held_iterations, now_ms, after_ms, stall_s, self.at_launch(*plan))
-
-    def _saving(self, held_iterations: int, now_ms: float, after_ms: float, stall_s: float,
-                home: bool) -> tuple[float, float] | None:
-        """:meth:`round_trip_saving` from its figures as floats, ``home``: whether the plan is the launch plan."""
-        if home:
+        now_ms, after_ms, stall_s = (float(figure) for figure in figures)
+        if self.at_launch(*plan):
             return None
-        remaining_iterations = self.expected_remaining_iterations(max(held_iterations, self._imbalance_age))
-        if remaining_iterations is None:
-            return None
-        return (1.0 - after_ms / now_ms) * remaining_iterations * now_ms / 1e3, float(stall_s)
+        saving = saving_s(self._past_sorted, self._imbalance_age, float(held_iterations), now_ms, after_ms, MIN_SEEN)
+        return None if math.isnan(saving) else (float(saving), stall_s)
 
     def at_launch(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> bool:
         """Whether ``boundaries`` and ``split`` are the launch plan: the one that fits the job without slowdowns."""
@@ -531,11 +557,10 @@ class ObservationEncoder:
             self.imbalance_moved = (self.at_launch(stats.boundaries, self.split)
                                     and bool(np.any(self.elevated_iterations > 0)) and not bool(continuing.any()))
             self.past_slowdowns = (self.past_slowdowns + [float(x) for x in ended[ended > 0]])[-PAST_SLOWDOWNS:]
-            self._past_sorted = sorted(self.past_slowdowns)
-            self._past_median = statistics.median(self._past_sorted)
+            past_sorted = sorted(self.past_slowdowns)
+            self._past_sorted, self._past_median = np.array(past_sorted), statistics.median(past_sorted)
         else:
             self.imbalance_moved = False
-        self._remaining = {}  # (a live run may see no slowdown end for days: this holds one interval's asks)
         by_device = self.device_estimate.reshape(replicas, num_stages)
         if replicas == 1:  # a stage group of one: its most loaded member is the device itself
             self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
@@ -642,8 +667,8 @@ class ObservationEncoder:
         if remaining is None or self.imbalance_survival() < RULE_MIN_SURVIVAL:
             return None
         past = self._past_sorted
-        outlasted = len(past) - bisect.bisect_right(past, age)
-        lasted = len(past) - bisect.bisect_right(past, age + 2 * stats.iterations)
+        outlasted = len(past) - int(np.searchsorted(past, age, side="right"))
+        lasted = len(past) - int(np.searchsorted(past, age + 2 * stats.iterations, side="right"))
         if (lasted + 0.5) / (outlasted + 1.0) < ONSET_LASTING:
             return None
         current, split = tuple(stats.boundaries), self.split
@@ -700,10 +725,6 @@ class ObservationEncoder:
     def _count_and_fill(self, observation: np.ndarray, stats: IntervalStats, previous_estimate: list[float]) -> None:
         """The ski-rental counts, the past slowdowns and the levers' figures in the global block."""
         targets, split = self.targets, self.split
-        # plain floats: this runs at every step of training, where numpy scalars cost several times as much
-        now_ms, replan_ms, rebalance_ms, both_ms, replan_stall, rebalance_stall, both_stall = targets.figures.tolist()
-        noise_level, noise = self._noise
-        transient = self._transient
         running = (tuple(stats.boundaries), split)
         if running != self._running:
             if self._running is not None:  # the job changed: the escalation starts again
@@ -712,69 +733,25 @@ class ObservationEncoder:
             self._fitted_to = None if self.at_launch(*running) else previous_estimate
         self._running = running
         self.plan_outlived = self._outlived()
-        replan_count, rebalance_count, both_count = counts = (self.lost_time, self.rebalance_lost_time,
-                                                              self.both_lost_time)
         if self.imbalance_moved:
-            for count in (*counts, *self.early_lost_times):
-                count.reset()
-        possible = (targets.replan != running[0], targets.rebalance != split, targets.both != running)
-        for count, early_count, after_ms, can in zip(counts, self.early_lost_times, (replan_ms, rebalance_ms, both_ms),
-                                                     possible):
-            count.update(now_ms, after_ms, noise, stats, can, transient)
-            early_count.update(now_ms, after_ms, noise, stats, can, transient, self.plan_outlived)
-        unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
+            self._counts[:] = 0.0
+        launch = (self.planner.ideal_boundaries, self.planner.even)
+        both = targets.both
+        _fill_counts(observation[self._global_base:], self._counts, self._count_params, self.plan_outlived,
+                     targets.figures, *self._noise, self._transient, targets.replan != running[0],
+                     targets.rebalance != split, both != running, (targets.replan, split) == launch,
+                     (running[0], targets.rebalance) == launch, both == launch, float(stats.wall_s),
+                     float(stats.stall_s), float(stats.iterations), max(stats.iteration_ms, 1e-9), self._past_sorted,
+                     self._past_median, self._imbalance_age, self._state[3])
         g = self._global_base
-        observation[g + G.REPLAN_GAIN] = now_ms / replan_ms - 1.0
-        observation[g + G.REPLAN_COST] = replan_stall / unit_s
-        observation[g + G.DISPERSION] = self._state[3]
-        observation[g + G.NOISE] = noise_level
-        observation[g + G.HELD] = math.log1p(replan_count.held_iterations / ITERATIONS_UNIT) / LOG_SPAN
-        if self.past_slowdowns:
-            observation[g + G.PAST_COUNT] = math.log1p(len(self.past_slowdowns)) / math.log1p(PAST_SLOWDOWNS)
-            observation[g + G.PAST_MEDIAN] = math.log1p(self._past_median / ITERATIONS_UNIT) / LOG_SPAN
-        survival = self.imbalance_survival()
-        observation[g + G.PAST_LONGER] = survival
-        observation[g + G.REBALANCE_GAIN] = now_ms / rebalance_ms - 1.0
-        observation[g + G.REBALANCE_COST] = rebalance_stall / unit_s
-        observation[g + G.BOTH_GAIN] = now_ms / both_ms - 1.0
-        observation[g + G.BOTH_COST] = both_stall / unit_s
         observation[g + G.REPLICAS] = self.planner.replicas / self.d_max
         observation[g + G.SYNC] = (max(stats.sync_ms.tolist()) / max(stats.iteration_ms, 1e-9)
                                    if stats.sync_ms is not None and len(stats.sync_ms) else 0.0)
         observation[g + G.BOTH_VIA] = (1.0 if targets.both == (targets.replan, split)
                                        else -1.0 if targets.both == (running[0], targets.rebalance) else 0.0)
-        likely_to_last = survival >= RULE_MIN_SURVIVAL
-        launch = (self.planner.ideal_boundaries, self.planner.even)
-        levers = ((replan_count, replan_ms, replan_stall, (targets.replan, split),
-                   (G.LOST, G.REPLAN_CONFIRMED, G.REPLAN_ROUND_TRIP, G.REPLAN_PAYS)),
-                  (rebalance_count, rebalance_ms, rebalance_stall, (running[0], targets.rebalance),
-                   (G.REBALANCE_LOST, G.REBALANCE_CONFIRMED, G.REBALANCE_ROUND_TRIP, G.REBALANCE_PAYS)),
-                  (both_count, both_ms, both_stall, targets.both,
-                   (G.BOTH_LOST, G.BOTH_CONFIRMED, G.BOTH_ROUND_TRIP, G.BOTH_PAYS)))
-        for (count, after_ms, stall_s, plan, (lost, confirmed, round_trip, pays)), early_count in zip(
-                levers, self.early_lost_times):
-            home = plan == launch
-            observation[g + lost] = count.lost_s / max(stall_s, 1e-9) if count.lost_s else 0.0
-            observation[g + confirmed] = min(count.held_intervals, CONFIRMED_SPAN) / CONFIRMED_SPAN
-            saving = self._saving(count.held_iterations, now_ms, after_ms, stall_s, home)
-            observation[g + round_trip] = ROUND_TRIP_SPAN if saving is None else min(max(
-                saving[0] / max(ROUND_TRIP_STALLS * saving[1], 1e-9), 0.0), ROUND_TRIP_SPAN)
-            # a count that is not running (lost 0) is a lever not possible now
-            observation[g + pays] = float(count.lost_s > 0 and likely_to_last and round_trip_pays(saving)
-                                          and count.reached(stall_s, RULE_CONFIRM_INTERVALS))
-            # falcon-early's test, on its own count; its re-split of a replicated job escalates
-            early_flag, early_stalls = EARLY_FLAGS[pays]
-            if not (early_count.lost_s > 0 and likely_to_last):
-                continue  # the flag stays 0 (the observation starts at zeros)
-            early_saving = saving if early_count.held_iterations == count.held_iterations else self._saving(
-                early_count.held_iterations, now_ms, after_ms, stall_s, home)
-            # the escalation's figures (:attr:`escalation_figures`), as floats
-            escalates = pays != G.BOTH_PAYS or round_trip_pays(self._saving(
-                early_count.held_iterations, rebalance_ms, both_ms, max(both_stall - rebalance_stall, 0.0), home))
-            observation[g + early_flag] = float(round_trip_pays(early_saving) and escalates
-                                                and early_count.reached(stall_s, RULE_CONFIRM_INTERVALS, early_stalls))
         observation[g + G.PLAN_OUTLIVED] = float(self.plan_outlived)
         if self.onset is not None:
+            unit_s = ITERATIONS_UNIT * max(stats.iteration_ms, 1e-9) / 1e3
             observation[g + G.ONSET] = 1.0
             observation[g + G.ONSET_GAIN] = self.onset.gain
             observation[g + G.ONSET_COST] = self.onset.stall_s / unit_s
@@ -981,6 +958,65 @@ def _fill_replicas(slots, split_share, replica_worst, replica_ms, mean_ms, by_de
         slots[r, 3] = replica_ms[r] / mean_ms - 1.0
         for s in range(by_device.shape[1]):
             slots[r, REPLICA_FEATURES + s] = by_device[r, s] - 1.0
+
+
+@njit(cache=True)
+def _fill_counts(block, counts, params, outlived, figures, noise_level, noise, transient, replan_possible,
+                 rebalance_possible, both_possible, replan_home, rebalance_home, both_home, wall_s, stall_s, iterations,
+                 iteration_ms, past_sorted, past_median, imbalance_age, dispersion):  # pragma: no cover
+    """One interval of the six ski-rental counts, and the global features they and the past slowdowns give
+    (:meth:`ObservationEncoder._count_and_fill`), into ``block``, the observation from its global block on.
+    Row k of ``counts`` is a count (re-plan, rebalance, both, then falcon-early's three on the same levers): its
+    lost s, intervals and iterations held (updated in place); of ``params``, its least gain, its noise multiple
+    and its least gain once the plan in force has ``outlived`` its slowdown (falcon-early's). ``figures``: the
+    levers' (:attr:`Targets.figures`); per lever, whether its plan differs from what runs (possible), and whether
+    it is the launch plan (home); the interval's wall, stall (s), iterations and iteration ms; the ended slowdowns
+    (shortest first), their median, the imbalance's age (iterations) and the compute dispersion."""
+    now_ms = figures[0]
+    possible, home = (replan_possible, rebalance_possible, both_possible), (replan_home, rebalance_home, both_home)
+    for lever in range(3):
+        for k in (lever, lever + 3):
+            min_gain = params[k, 2] if k >= 3 and outlived else params[k, 0]
+            counts[k, 0], counts[k, 1], counts[k, 2] = counted(
+                counts[k, 0], counts[k, 1], counts[k, 2], now_ms, figures[1 + lever], noise, min_gain, params[k, 1],
+                possible[lever], transient, wall_s, stall_s, iterations)
+    unit_s = ITERATIONS_UNIT * iteration_ms / 1e3
+    block[_DISPERSION_SLOT], block[_NOISE_SLOT] = dispersion, noise_level
+    block[_HELD_SLOT] = math.log1p(counts[0, 2] / ITERATIONS_UNIT) / LOG_SPAN
+    if past_sorted.shape[0]:
+        block[_PAST_COUNT_SLOT] = math.log1p(past_sorted.shape[0]) / math.log1p(PAST_SLOWDOWNS)
+        block[_PAST_MEDIAN_SLOT] = math.log1p(past_median / ITERATIONS_UNIT) / LOG_SPAN
+    likely_to_last = survival(past_sorted, first_max(counts[0, 2], 1.0))
+    block[_PAST_LONGER_SLOT] = likely_to_last
+    for lever in range(3):
+        slots, after_ms, stall = _LEVER_SLOTS[lever], figures[1 + lever], figures[4 + lever]
+        lost_s, held_intervals, held_iterations = counts[lever, 0], counts[lever, 1], counts[lever, 2]
+        block[slots[0]] = now_ms / after_ms - 1.0
+        block[slots[1]] = stall / unit_s
+        block[slots[2]] = lost_s / first_max(stall, 1e-9) if lost_s else 0.0
+        block[slots[3]] = first_min(held_intervals, float(CONFIRMED_SPAN)) / CONFIRMED_SPAN
+        saving = NOT_JUDGED if home[lever] else saving_s(past_sorted, imbalance_age, held_iterations, now_ms, after_ms,
+                                                         MIN_SEEN)
+        block[slots[4]] = ROUND_TRIP_SPAN if math.isnan(saving) else first_min(
+            first_max(saving / first_max(ROUND_TRIP_STALLS * stall, 1e-9), 0.0), ROUND_TRIP_SPAN)
+        # a count that is not running (lost 0) is a lever not possible now
+        block[slots[5]] = 1.0 if (lost_s > 0 and likely_to_last >= RULE_MIN_SURVIVAL
+                                  and pays(saving, stall, ROUND_TRIP_STALLS)
+                                  and reached(lost_s, held_intervals, stall, RULE_CONFIRM_INTERVALS, 0.0)) else 0.0
+        # falcon-early's test, on its own count; its re-split of a replicated job escalates
+        early_lost_s, early_intervals, early_iterations = counts[lever + 3, 0], counts[lever + 3, 1], \
+            counts[lever + 3, 2]
+        if not (early_lost_s > 0 and likely_to_last >= RULE_MIN_SURVIVAL):
+            continue  # the flag stays 0 (the observation starts at zeros)
+        early_saving = saving if early_iterations == held_iterations or home[lever] else saving_s(
+            past_sorted, imbalance_age, early_iterations, now_ms, after_ms, MIN_SEEN)
+        escalates = True
+        if lever == 2:  # the escalation's figures (:attr:`ObservationEncoder.escalation_figures`)
+            escalation = NOT_JUDGED if home[lever] else saving_s(past_sorted, imbalance_age, early_iterations,
+                                                                 figures[2], figures[3], MIN_SEEN)
+            escalates = pays(escalation, first_max(figures[6] - figures[5], 0.0), ROUND_TRIP_STALLS)
+        block[slots[6]] = 1.0 if (pays(early_saving, stall, ROUND_TRIP_STALLS) and escalates and reached(
+            early_lost_s, early_intervals, stall, RULE_CONFIRM_INTERVALS, _EARLY_STALLS[lever])) else 0.0
 
 
 @njit(cache=True)
