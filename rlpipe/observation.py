@@ -986,8 +986,8 @@ def _fill_counts(block, counts, params, outlived, figures, noise_level, noise, t
     if past_sorted.shape[0]:
         block[_PAST_COUNT_SLOT] = math.log1p(past_sorted.shape[0]) / math.log1p(PAST_SLOWDOWNS)
         block[_PAST_MEDIAN_SLOT] = math.log1p(past_median / ITERATIONS_UNIT) / LOG_SPAN
-    likely_to_last = survival(past_sorted, first_max(counts[0, 2], 1.0))
-    block[_PAST_LONGER_SLOT] = likely_to_last
+    lasting = survival(past_sorted, first_max(counts[0, 2], 1.0))  # of the ended slowdowns older than it, lasted 2x
+    block[_PAST_LONGER_SLOT] = lasting
     for lever in range(3):
         slots, after_ms, stall = _LEVER_SLOTS[lever], figures[1 + lever], figures[4 + lever]
         lost_s, held_intervals, held_iterations = counts[lever, 0], counts[lever, 1], counts[lever, 2]
@@ -1000,13 +1000,13 @@ def _fill_counts(block, counts, params, outlived, figures, noise_level, noise, t
         block[slots[4]] = ROUND_TRIP_SPAN if math.isnan(saving) else first_min(
             first_max(saving / first_max(ROUND_TRIP_STALLS * stall, 1e-9), 0.0), ROUND_TRIP_SPAN)
         # a count that is not running (lost 0) is a lever not possible now
-        block[slots[5]] = 1.0 if (lost_s > 0 and likely_to_last >= RULE_MIN_SURVIVAL
+        block[slots[5]] = 1.0 if (lost_s > 0 and lasting >= RULE_MIN_SURVIVAL
                                   and pays(saving, stall, ROUND_TRIP_STALLS)
                                   and reached(lost_s, held_intervals, stall, RULE_CONFIRM_INTERVALS, 0.0)) else 0.0
         # falcon-early's test, on its own count; its re-split of a replicated job escalates
         early_lost_s, early_intervals, early_iterations = counts[lever + 3, 0], counts[lever + 3, 1], \
             counts[lever + 3, 2]
-        if not (early_lost_s > 0 and likely_to_last >= RULE_MIN_SURVIVAL):
+        if not (early_lost_s > 0 and lasting >= RULE_MIN_SURVIVAL):
             continue  # the flag stays 0 (the observation starts at zeros)
         early_saving = saving if early_iterations == held_iterations or home[lever] else saving_s(
             past_sorted, imbalance_age, early_iterations, now_ms, after_ms, MIN_SEEN)
