@@ -179,57 +179,61 @@ class LostTime:
             (the timer noise over the square root of the intervals behind them).
         outlived_gain: the smallest gain that counts while the plan in force has outlived the slowdown it was
             fitted to (:attr:`ObservationEncoder.plan_outlived`; None: ``min_gain``).
-        state: where the count's figures live, (lost s, intervals held, iterations held): a row of the encoder's
-            array, which the observation's compiled pass updates every interval (None: an array of its own).
+        figures, row: where the count's figures live, row ``row`` (lost s, intervals held, iterations held) of
+            ``figures``: the encoder's array of counts, which the observation's compiled pass updates every interval
+            (None: an array of its own). The array and a row number, not a view of the row: a copy of the encoder
+            (``copy.deepcopy``) keeps its counts and their objects on one array.
     """
 
     def __init__(self, min_gain: float = RULE_MIN_GAIN, noise_multiple: float = 3.0,
-                 outlived_gain: float | None = None, state: np.ndarray | None = None):
+                 outlived_gain: float | None = None, figures: np.ndarray | None = None, row: int = 0):
         self.min_gain, self.noise_multiple, self.outlived_gain = min_gain, noise_multiple, outlived_gain
-        self.state = np.zeros(3) if state is None else state
+        self.figures: np.ndarray = np.zeros((1, 3)) if figures is None else figures
+        self.row = 0 if figures is None else row
 
     @property
     def lost_s(self) -> float:
         """The time the current imbalance has cost (the intervals' wall time x the share the action saves), s."""
-        return float(self.state[0])
+        return float(self.figures[self.row, 0])
 
     @lost_s.setter
     def lost_s(self, seconds: float) -> None:
-        self.state[0] = seconds
+        self.figures[self.row, 0] = seconds
 
     @property
     def held_intervals(self) -> int:
         """Intervals in a row the action's gain has cleared the count's bar."""
-        return int(self.state[1])
+        return int(self.figures[self.row, 1])
 
     @held_intervals.setter
     def held_intervals(self, intervals: int) -> None:
-        self.state[1] = intervals
+        self.figures[self.row, 1] = intervals
 
     @property
     def held_iterations(self) -> int:
         """Iterations in those intervals."""
-        return int(self.state[2])
+        return int(self.figures[self.row, 2])
 
     @held_iterations.setter
     def held_iterations(self, iterations: int) -> None:
-        self.state[2] = iterations
+        self.figures[self.row, 2] = iterations
 
     def reset(self) -> None:
-        self.state[:] = 0.0
+        self.figures[self.row] = 0.0
 
     def reached(self, stall_s: float, confirm_intervals: int, early_stalls: float = 0.0) -> bool:
         """The rules' count test: the time lost has reached the action's stall (s) and its gain has held
         ``confirm_intervals`` intervals in a row, or (``early_stalls`` > 0) one interval that lost at least
         ``early_stalls`` stalls already."""
-        return bool(reached(self.state[0], self.state[1], stall_s, confirm_intervals, early_stalls))
+        state = self.figures[self.row]
+        return bool(reached(state[0], state[1], stall_s, confirm_intervals, early_stalls))
 
     def update(self, now_ms: float, after_ms: float, noise_level: float, stats: IntervalStats,
                possible: bool, transient: bool = False, outlived: bool = False) -> None:
         """Count one interval, given the action's predicted iteration times (ms) now and after it; a
         ``transient`` interval (its conditions changed within it) neither adds to the count nor ends it;
         ``outlived``: the plan in force outlived the slowdown it was fitted to (``outlived_gain`` applies)."""
-        state = self.state
+        state = self.figures[self.row]
         state[0], state[1], state[2] = counted(
             state[0], state[1], state[2], now_ms, after_ms, noise_level, self.gain_to_count(outlived),
             self.noise_multiple, possible, transient, stats.wall_s, stats.stall_s, stats.iterations)
@@ -365,11 +369,11 @@ class ObservationEncoder:
         # the six ski-rental counts' figures, a row each (re-plan, rebalance, both; falcon-early's on the same
         # levers): the LostTime objects below read and write them, the compiled :func:`_fill_counts` too
         self._counts = np.zeros((6, 3))
-        self.lost_time = LostTime(state=self._counts[0])
-        self.rebalance_lost_time = LostTime(state=self._counts[1])  # restarted at every change of partition or split
-        self.both_lost_time = LostTime(state=self._counts[2])  # re-plan and rebalance together; restarted likewise
+        self.lost_time = LostTime(figures=self._counts, row=0)
+        self.rebalance_lost_time = LostTime(figures=self._counts, row=1)  # restarted at every change of plan or split
+        self.both_lost_time = LostTime(figures=self._counts, row=2)  # re-plan and rebalance together; restarted too
         # falcon-early's three counts: the same but from OUTLIVED_MIN_GAIN while the plan outlived its slowdown
-        self.early_lost_times = tuple(LostTime(outlived_gain=OUTLIVED_MIN_GAIN, state=self._counts[3 + k])
+        self.early_lost_times = tuple(LostTime(outlived_gain=OUTLIVED_MIN_GAIN, figures=self._counts, row=3 + k)
                                       for k in range(3))
         # each count's least gain, its noise multiple and its least gain once the plan in force has outlived its
         # slowdown

@@ -13,6 +13,7 @@ from rlpipe.observation import (
     FIRST_MOVE,
     GLOBAL_FEATURES,
     KEEP,
+    OBSERVATION_CLIP,
     ONSET,
     REBALANCE,
     REPLAN,
@@ -205,6 +206,27 @@ def test_a_pause_within_an_interval_is_told_from_a_lasting_slowdown(planner):
     assert encoder.transient  # the slow stage's compute scattered within the interval: it changed inside it
     encoder.observe(stats_for(planner, planner.ideal_boundaries, [1, 1, 1.8, 1], cv=[0.05] * 4))
     assert not encoder.transient  # steady at its new level
+
+
+def test_the_counts_and_their_objects_share_one_array_in_a_copy_too(planner):
+    """The observation's compiled pass updates the encoder's counts in their array; the LostTime objects the
+    rules read are that array's rows, in the encoder and in a deep copy of it (which counts on alone)."""
+    import copy
+
+    encoder = ObservationEncoder(planner)
+    slowed = [1, 1, 2.0, 1]
+    for _ in range(3):
+        observation = encoder.observe(stats_for(planner, planner.ideal_boundaries, slowed))
+    assert encoder.lost_time.lost_s > 0 and encoder.lost_time.held_intervals == 3
+    assert global_feature(encoder, observation, G.LOST) == pytest.approx(  # the count over the stall, clipped
+        min(encoder.lost_time.lost_s / encoder.replan_figures[2], OBSERVATION_CLIP))
+    twin = copy.deepcopy(encoder)
+    lost_before = encoder.lost_time.lost_s
+    twin.observe(stats_for(planner, planner.ideal_boundaries, slowed))
+    assert twin.lost_time.held_intervals == 4 and twin.lost_time.lost_s > lost_before
+    assert encoder.lost_time.held_intervals == 3 and encoder.lost_time.lost_s == lost_before
+    twin.lost_time.reset()
+    assert twin._counts[0].tolist() == [0.0, 0.0, 0.0] and encoder.lost_time.held_intervals == 3
 
 
 def test_ended_slowdowns_teach_how_long_an_imbalance_lasts(planner):
