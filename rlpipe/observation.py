@@ -90,6 +90,7 @@ from rlpipe.ski_rental import (
     pays,
     reached,
     remaining_iterations,
+    saving_over,
     saving_s,
     survival,
 )
@@ -515,8 +516,9 @@ class ObservationEncoder:
         now_ms, after_ms, stall_s = (float(figure) for figure in figures)
         if self.at_launch(*plan):
             return None
-        saving = saving_s(self._past_sorted, self._imbalance_age, float(held_iterations), now_ms, after_ms, MIN_SEEN)
-        return None if math.isnan(saving) else (float(saving), stall_s)
+        # through the method, not the compiled pass's saving_s: experiments replace the method to try other judgements
+        remaining = self.expected_remaining_iterations(max(held_iterations, self._imbalance_age))
+        return None if remaining is None else (float(saving_over(remaining, now_ms, after_ms)), stall_s)
 
     def at_launch(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> bool:
         """Whether ``boundaries`` and ``split`` are the launch plan: the one that fits the job without slowdowns."""

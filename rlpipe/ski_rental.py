@@ -89,6 +89,13 @@ def saving_s(past_sorted, imbalance_age, held_iterations, now_ms, after_ms, min_
                                      min_seen)
     if math.isnan(remaining):
         return NOT_JUDGED
+    return saving_over(remaining, now_ms, after_ms)
+
+
+@njit(cache=True)
+def saving_over(remaining, now_ms, after_ms):  # pragma: no cover
+    """What a move from ``now_ms`` to ``after_ms`` an iteration saves over ``remaining`` iterations, s (at the
+    iteration time now)."""
     return (1.0 - after_ms / now_ms) * remaining * now_ms / 1e3
 
 
