@@ -136,7 +136,8 @@ def round_trip_pays(saving: tuple[float, float] | None, round_trip: float = ROUN
     """The rules' round-trip test on :meth:`ObservationEncoder.round_trip_saving`'s (saving, stall): the saving
     reaches ``round_trip`` stalls; where the test does not apply (``None``) or is off (``round_trip`` <= 0), it
     passes."""
-    return round_trip <= 0 or saving is None or saving[0] >= round_trip * saving[1]
+    saved_s, stall_s = (NOT_JUDGED, 0.0) if saving is None else saving
+    return bool(pays(saved_s, stall_s, round_trip))  # the compiled pass's test, for the rules
 
 
 class G:

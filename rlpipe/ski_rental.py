@@ -1,10 +1,11 @@
 """The ski-rental counts' arithmetic and the rules' round-trip test, compiled.
 
 One implementation for every reader: :class:`~rlpipe.observation.LostTime` (the rules' counts) and
-:meth:`~rlpipe.observation.ObservationEncoder.expected_remaining_iterations` call these one at a time, and the
-observation's global block runs them all in one call every step (:func:`fill_counts`; in training that step is
-the environment's). Python's ``max`` and ``min`` keep the first of equal values (a zero keeps its sign);
-``first_max`` and ``first_min`` do the same, so that each figure here is the Python expression's bit for bit.
+:meth:`~rlpipe.observation.ObservationEncoder.expected_remaining_iterations`, ``round_trip_saving`` and
+:func:`~rlpipe.observation.round_trip_pays` call these one at a time, and the observation's global block runs them
+all in one call every step (``rlpipe.observation._fill_counts``; in training that step is the environment's).
+Python's ``max`` and ``min`` keep the first of equal values (a zero keeps its sign); ``first_max`` and ``first_min``
+do the same, so that each figure here is the Python expression's bit for bit.
 """
 
 from __future__ import annotations
