@@ -6,8 +6,10 @@ stepping all 16 in turn in one process. Here each process holds a shard of the e
 ``DummyVecEnv`` and steps them in turn, so a step costs one message each way per process, not per
 environment, and the shards step at the same time, one to a core. With ``step_here`` the first shard steps in
 this process, which would otherwise only wait (``vec_env: split``). A step's answer carries the action masks
-MaskablePPO asks for before the next. The environments, their seeds and their order are those of
-``DummyVecEnv(env_fns)``: the same observations, rewards (float32), masks and episode ends.
+MaskablePPO asks for before the next, as one array, and a step's answer carries the environments' reset infos only
+where one of them reset (pickling 8 masks and 8 reset infos every step cost the worker about as much as the rest of
+its message). The environments, their seeds and their order are those of ``DummyVecEnv(env_fns)``: the same
+observations, rewards (float32), masks and episode ends.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ MASKS_METHOD = "action_masks"  # what sb3-contrib's MaskablePPO calls on every e
 def _answer(envs: DummyVecEnv, command: str, data: Any) -> Any:
     """A shard's answer to one of the parent's commands (in a worker process, or in the parent for the shard
     it steps itself). A step's and a reset's answers carry the action masks after them (MaskablePPO asks for
-    them before every step: one message fewer each way)."""
+    them before every step: one message fewer each way); a step's, the reset infos only where an environment
+    reset (None: unchanged)."""
     if command == "step":
         envs.step_async(data)
-        return (*envs.step_wait(), envs.reset_infos, _masks(envs))
+        observations, rewards, dones, infos = envs.step_wait()
+        return observations, rewards, dones, infos, envs.reset_infos if dones.any() else None, _masks(envs)
     if command == "reset":
         # DummyVecEnv takes its seeds and options for the next reset from these (SB3 2.x); the parent's
         # VecEnv.seed() and set_options() set them for every environment, so each shard gets its own slice
@@ -55,10 +59,10 @@ def _answer(envs: DummyVecEnv, command: str, data: Any) -> Any:
     raise NotImplementedError(f"ShardedVecEnv: unknown command {command!r}")
 
 
-def _masks(envs: DummyVecEnv) -> list[np.ndarray] | None:
-    """The shard's environments' action masks now (None: environments without them)."""
+def _masks(envs: DummyVecEnv) -> np.ndarray | None:
+    """The shard's environments' action masks now, a row each (None: environments without them)."""
     try:
-        return envs.env_method(MASKS_METHOD)
+        return np.stack(envs.env_method(MASKS_METHOD))
     except AttributeError:
         return None
 
@@ -134,7 +138,8 @@ class ShardedVecEnv(VecEnv):
             self.remotes.append(remote)
             self.processes.append(process)
         self.waiting, self.closed = False, False
-        self._masks: list[np.ndarray] | None = None  # every environment's, as of the last step or reset
+        self._masks: np.ndarray | None = None  # every environment's, a row each, as of the last step or reset
+        self._reset_infos: list[list[dict[str, Any]]] = [[{} for _ in shard] for shard in self.shards]
         self.remotes[0].send(("get_spaces", None))
         observation_space, action_space = self.remotes[0].recv()
         super().__init__(len(env_fns), observation_space, action_space)
@@ -148,7 +153,7 @@ class ShardedVecEnv(VecEnv):
     def step_wait(self) -> VecEnvStepReturn:
         results = [remote.recv() for remote in self.remotes]  # the shard here steps first, the others meanwhile
         self.waiting = False
-        self.reset_infos = [info for result in results for info in result[4]]
+        self._keep_reset_infos([result[4] for result in results])
         self._keep_masks([result[5] for result in results])
         return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]),
                 np.concatenate([r[2] for r in results]), [info for r in results for info in r[3]])
@@ -158,16 +163,23 @@ class ShardedVecEnv(VecEnv):
         for remote, shard in zip(self.remotes, self.shards):
             remote.send(("reset", ([self._seeds[i] for i in shard], [self._options[i] for i in shard])))
         results = [remote.recv() for remote in self.remotes]
-        self.reset_infos = [info for result in results for info in result[1]]
+        self._keep_reset_infos([result[1] for result in results])
         self._keep_masks([result[2] for result in results])
         self._reset_seeds()  # seeds and options serve one reset only, as in SB3's own VecEnvs
         self._reset_options()
         return np.concatenate([observations for observations, _, _ in results])
 
-    def _keep_masks(self, by_shard: list[list[np.ndarray] | None]) -> None:
+    def _keep_reset_infos(self, by_shard: list[list[dict[str, Any]] | None]) -> None:
+        """The environments' infos from their last reset (``reset_infos``, as SB3's VecEnvs keep them): each
+        shard's as it sent them, or as before where it sent None (none of its environments reset)."""
+        for shard, infos in enumerate(by_shard):
+            if infos is not None:
+                self._reset_infos[shard] = infos
+        self.reset_infos = [info for infos in self._reset_infos for info in infos]
+
+    def _keep_masks(self, by_shard: list[np.ndarray | None]) -> None:
         """The environments' action masks as of now, sent with a step's or reset's results."""
-        self._masks = None if any(masks is None for masks in by_shard) else [
-            mask for masks in by_shard for mask in masks]  # type: ignore[union-attr]
+        self._masks = None if any(masks is None for masks in by_shard) else np.concatenate(by_shard)  # type: ignore[arg-type]
 
     def close(self) -> None:
         if self.closed:

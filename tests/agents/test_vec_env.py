@@ -16,8 +16,8 @@ from rlpipe.agents.ppo import TrainConfig, _make_vec_env
 ])
 def test_environments_in_other_processes_step_as_in_one(kind, workers, processes):
     """vec_env subproc and split change where the environments run, not what they do: the same seeds and actions
-    give the same masks, observations, rewards (float32 both ways) and episode ends as stepping them all in turn
-    here."""
+    give the same masks, observations, rewards (float32 both ways), episode ends and reset infos as stepping them
+    all in turn here."""
     rng = np.random.default_rng(0)
     configs = [TrainConfig(n_envs=3, vec_env=vec_env, vec_workers=workers,
                            env_kwargs={"duration_s": 60.0, "data_parallel": (1, 2)}) for vec_env in ("dummy", kind)]
@@ -38,6 +38,8 @@ def test_environments_in_other_processes_step_as_in_one(kind, workers, processes
             assert [i.get("efficiency") for i in one_infos] == [i.get("efficiency") for i in other_infos]
             for i, j in zip(one_infos, other_infos, strict=True):  # an ended episode's last observation
                 np.testing.assert_array_equal(i.get("terminal_observation", 0), j.get("terminal_observation", 0))
+            # what each environment's last reset returned (sent only where one reset: kept as before elsewhere)
+            np.testing.assert_equal(in_processes.reset_infos, in_turn.reset_infos)
             ends += int(one[2].sum())
         assert ends >= 3  # episodes ended and restarted alike
         indices = [2, 0, 1]  # answers come in the order asked, across the shards
