@@ -6,9 +6,9 @@ stepping all 16 in turn in one process. Here each process holds a shard of the e
 ``DummyVecEnv`` and steps them in turn, so a step costs one message each way per process, not per
 environment, and the shards step at the same time, one to a core. With ``step_here`` the first shard steps in
 this process, which would otherwise only wait (``vec_env: split``). A step's answer carries the action masks
-MaskablePPO asks for before the next, as one array, and a step's answer carries the environments' reset infos only
-where one of them reset (pickling 8 masks and 8 reset infos every step cost the worker about as much as the rest of
-its message). The environments, their seeds and their order are those of ``DummyVecEnv(env_fns)``: the same
+MaskablePPO asks for before the next step, as one array, and the environments' reset infos only where one of them
+reset (pickling 8 masks and 8 unchanged reset infos every step cost the worker about as much as the rest of its
+message). The environments, their seeds and their order are those of ``DummyVecEnv(env_fns)``: the same
 observations, rewards (float32), masks and episode ends.
 """
 
