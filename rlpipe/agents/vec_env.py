@@ -67,12 +67,30 @@ def _masks(envs: DummyVecEnv) -> np.ndarray | None:
         return None
 
 
+def _prefetch(envs: DummyVecEnv) -> bool:
+    """Do one piece of the work the shard's environments' next steps will ask for (``RepartitionEnv.prefetch``:
+    the same results, cached earlier), while this process would only wait: whether there was any."""
+    for env in envs.envs:
+        prefetch = getattr(env.unwrapped, "prefetch", None)
+        if prefetch is not None and prefetch():
+            return True
+    return False
+
+
+def _await(remote: Any, idle_envs: DummyVecEnv) -> None:
+    """Return once ``remote`` has a message to read, working ahead for ``idle_envs`` meanwhile."""
+    while not remote.poll() and _prefetch(idle_envs):
+        pass
+
+
 def _serve_shard(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -> None:
-    """A worker process: build its shard of environments, then answer the parent's commands until "close"."""
+    """A worker process: build its shard of environments, then answer the parent's commands until "close"
+    (between them, while the parent chooses the next actions, working ahead for the next step)."""
     parent_remote.close()
     envs = DummyVecEnv(env_fns.var)
     while True:
         try:
+            _await(remote, envs)
             command, data = remote.recv()
         except (EOFError, KeyboardInterrupt):  # the parent is gone
             break
@@ -151,7 +169,11 @@ class ShardedVecEnv(VecEnv):
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
-        results = [remote.recv() for remote in self.remotes]  # the shard here steps first, the others meanwhile
+        results = [self.remotes[0].recv()]  # the shard here steps first (if any), the others meanwhile
+        for remote in self.remotes[1:]:
+            if isinstance(self.remotes[0], _ShardHere):  # its environments' next step, worked ahead while waiting
+                _await(remote, self.remotes[0].envs)
+            results.append(remote.recv())
         self.waiting = False
         self._keep_reset_infos([result[4] for result in results])
         self._keep_masks([result[5] for result in results])

@@ -315,6 +315,13 @@ class SimulatedJob:
             total += (until - since) * 1e3 / self.reference_ms(boundaries, split, row)
         return max(total, 1e-12)
 
+    def prefetch_reference(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> bool:
+        """Work out :meth:`reference_ms` now where it is not cached yet: whether it was not."""
+        if (boundaries, split, self._same_conditions(row)) in self._reference_cache:
+            return False
+        self.reference_ms(boundaries, split, row)
+        return True
+
     def reference_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
         """The reference iteration time under row ``row``: the best for the true conditions or the plan in
         use, whichever is faster. Where micro-batches are unequal, the best is taken to suffer what the

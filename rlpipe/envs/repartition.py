@@ -66,6 +66,7 @@ class RepartitionEnv(gym.Env):
         self.step_info = step_info
         self._timer_models = self.config.timer_models()
         self._profiles: dict[str, LayerProfile] = {}
+        self._prefetched: tuple[Plan, int] | None = None  # (plan, next row) of prefetch(); None before a reset
 
     # --- episode set-up -----------------------------------------------------------------------
 
@@ -89,6 +90,8 @@ class RepartitionEnv(gym.Env):
         self.rebalances = 0
         self.stall_total_s = 0.0
         stats = self._run_interval(0.0)  # the first interval, so that there is something to observe
+        self._last_interval_s = stats.wall_s
+        self._prefetched = ((self.boundaries, self.split), 0)
         return self.encoder.observe(stats), self._info(stats, 1.0, False)
 
     def _episode_overheads(self) -> Overheads:
@@ -132,6 +135,7 @@ class RepartitionEnv(gym.Env):
         self.stall_total_s += stall_s
         start_s = self.time_s
         stats = self._run_interval(stall_s)
+        self._last_interval_s = stats.wall_s
         efficiency = self.situation.interval_iterations / self.job.reference_iterations(
             self.boundaries, self.split, start_s, self.time_s)
         observation = self.encoder.observe(stats)
@@ -143,6 +147,31 @@ class RepartitionEnv(gym.Env):
         return {"efficiency": efficiency, "stall_s": stats.stall_s, "wall_s": stats.wall_s, "time_s": self.time_s,
                 "boundaries": self.boundaries, "split": self.split, "invalid_action": invalid,
                 "slowdown": self.situation.trace.at(self.time_s)[0].copy()}
+
+    # --- idle time ------------------------------------------------------------------------------
+
+    def prefetch(self) -> bool:
+        """Work out now, for the plan running, the reward's reference under one row of conditions that the next
+        interval is likely to meet (rows starting within twice the last interval's wall time): the best plan for
+        the row and the running plan's own timing, what a step that keeps asks the job for first. Each is a
+        function of the row's conditions, cached as the step would cache it, so calls between steps change no
+        observation, reward or mask, only when the work is done (:class:`~rlpipe.agents.vec_env.ShardedVecEnv`
+        calls this while a process would otherwise wait). Returns whether there was such work."""
+        if self._prefetched is None:  # not reset yet: no episode to work ahead in
+            return False
+        plan, row = self._prefetched
+        trace = self.situation.trace
+        current = trace.index_at(self.time_s)
+        if plan != (self.boundaries, self.split) or row < current:  # a new plan, or rows the steps passed
+            plan, row = (self.boundaries, self.split), current
+        horizon_s = min(self.time_s + 2.0 * self._last_interval_s, self.situation.duration_s)
+        while row < len(trace.change_s) and (row == current or trace.change_s[row] < horizon_s):
+            row += 1
+            if self.job.prefetch_reference(*plan, row - 1):
+                self._prefetched = plan, row
+                return True
+        self._prefetched = plan, row
+        return False
 
     # --- what the job reports -------------------------------------------------------------------
 

@@ -45,6 +45,29 @@ def test_reset_seed_reproduces_an_episode_exactly():
     assert not np.array_equal(rollout(5)[:50], rollout(6)[:50])
 
 
+def test_working_ahead_between_steps_changes_no_observation_reward_or_mask():
+    """prefetch(), what a training process does while it would only wait, works out the reward's reference for
+    rows of conditions to come: an episode with calls between its steps is the one without them, bit for bit."""
+    def rollout(calls_between_steps):
+        env = RepartitionEnv(duration_s=900, scenarios=("seqlen", "mixed"), data_parallel=(2, 2), step_info=False)
+        assert not env.prefetch()  # no episode yet
+        obs, _ = env.reset(seed=3)
+        trajectory, rng, answers, done = [obs], np.random.default_rng(0), [], False
+        while not done:
+            answers += [env.prefetch() for _ in range(calls_between_steps)]
+            mask = env.action_masks()
+            action = 0 if rng.random() < 0.9 else rng.choice(np.flatnonzero(mask))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            trajectory += [mask, obs, np.array([reward])]
+            done = terminated or truncated
+        return np.concatenate(trajectory), answers
+
+    plain, _ = rollout(0)
+    ahead, answers = rollout(40)
+    assert sum(answers) > 20 and not all(answers)  # rows were worked out ahead, up to the horizon
+    np.testing.assert_array_equal(plain, ahead)
+
+
 def test_episode_is_a_stretch_of_time_and_reward_is_efficiency():
     env = RepartitionEnv(duration_s=900, scenarios=("none",), timer_noise=0.0)
     env.reset(seed=1)
