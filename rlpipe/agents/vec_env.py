@@ -8,8 +8,10 @@ environment, and the shards step at the same time, one to a core. With ``step_he
 this process, which would otherwise only wait (``vec_env: split``). A step's answer carries the action masks
 MaskablePPO asks for before the next step, as one array, and the environments' reset infos only where one of them
 reset (pickling 8 masks and 8 unchanged reset infos every step cost the worker about as much as the rest of its
-message). The environments, their seeds and their order are those of ``DummyVecEnv(env_fns)``: the same
-observations, rewards (float32), masks and episode ends.
+message). A process that waits (a worker for its next actions, this process for the workers' answers) works ahead
+for its own environments' next step meanwhile (``RepartitionEnv.prefetch``: the same results, cached sooner). The
+environments, their seeds and their order are those of ``DummyVecEnv(env_fns)``: the same observations, rewards
+(float32), masks and episode ends.
 """
 
 from __future__ import annotations
