@@ -171,10 +171,11 @@ class ShardedVecEnv(VecEnv):
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
-        results = [self.remotes[0].recv()]  # the shard here steps first (if any), the others meanwhile
+        first = self.remotes[0]
+        results = [first.recv()]  # the shard here steps first (if any), the others meanwhile
         for remote in self.remotes[1:]:
-            if isinstance(self.remotes[0], _ShardHere):  # its environments' next step, worked ahead while waiting
-                _await(remote, self.remotes[0].envs)
+            if isinstance(first, _ShardHere):  # its environments' next step, worked ahead while waiting
+                _await(remote, first.envs)
             results.append(remote.recv())
         self.waiting = False
         self._keep_reset_infos([result[4] for result in results])

@@ -316,11 +316,10 @@ class SimulatedJob:
         return max(total, 1e-12)
 
     def prefetch_reference(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> bool:
-        """Work out :meth:`reference_ms` now where it is not cached yet: whether it was not."""
-        if (boundaries, split, self._same_conditions(row)) in self._reference_cache:
-            return False
+        """Work out :meth:`reference_ms` now (cached): whether it was not cached yet."""
+        cached = len(self._reference_cache)
         self.reference_ms(boundaries, split, row)
-        return True
+        return len(self._reference_cache) > cached
 
     def reference_ms(self, boundaries: tuple[int, ...], split: tuple[int, ...], row: int) -> float:
         """The reference iteration time under row ``row``: the best for the true conditions or the plan in
