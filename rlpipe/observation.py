@@ -75,6 +75,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -524,6 +525,24 @@ class ObservationEncoder:
     def at_launch(self, boundaries: tuple[int, ...], split: tuple[int, ...]) -> bool:
         """Whether ``boundaries`` and ``split`` are the launch plan: the one that fits the job without slowdowns."""
         return tuple(boundaries) == self.planner.ideal_boundaries and tuple(split) == self.planner.even
+
+    # --- taking a step back -------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[dict[str, Any], list[tuple[np.ndarray, np.ndarray]]]:
+        """The encoder's state now, for :meth:`restore`. Observing an interval writes into the encoder's arrays
+        (their contents are copied here, to be written back into the same arrays, which other objects share:
+        the ski-rental counts' ``LostTime`` objects each hold a row of ``_counts``) and replaces its other
+        attributes, never changing them in place."""
+        attributes = dict(vars(self))
+        return attributes, [(value, value.copy()) for value in attributes.values() if isinstance(value, np.ndarray)]
+
+    def restore(self, state: tuple[dict[str, Any], list[tuple[np.ndarray, np.ndarray]]]) -> None:
+        """Go back to the state of a :meth:`snapshot`."""
+        attributes, arrays = state
+        for array, contents in arrays:
+            np.copyto(array, contents)
+        vars(self).clear()
+        vars(self).update(attributes)
 
     # --- observing an interval ----------------------------------------------------------------------
 

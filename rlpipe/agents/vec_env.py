@@ -9,7 +9,10 @@ this process, which would otherwise only wait (``vec_env: split``). A step's ans
 MaskablePPO asks for before the next step, as one array, and the environments' reset infos only where one of them
 reset (pickling 8 masks and 8 unchanged reset infos every step cost the worker about as much as the rest of its
 message). A process that waits (a worker for its next actions, this process for the workers' answers) works ahead
-for its own environments' next step meanwhile (``RepartitionEnv.prefetch``: the same results, cached sooner). The
+for its own environments meanwhile: it takes each one's next step as if the policy keeps the plan, as it does on
+most steps (``RepartitionEnv.speculate``: the step is used where the action is keep, taken back otherwise), then
+works out the reward's reference further ahead (``RepartitionEnv.prefetch``). A worker so takes most of its steps
+while this process runs the policy, so the shard here holds one environment fewer than an even share. The
 environments, their seeds and their order are those of ``DummyVecEnv(env_fns)``: the same observations, rewards
 (float32), masks and episode ends.
 """
@@ -39,6 +42,7 @@ def _answer(envs: DummyVecEnv, command: str, data: Any) -> Any:
         envs.step_async(data)
         observations, rewards, dones, infos = envs.step_wait()
         return observations, rewards, dones, infos, envs.reset_infos if dones.any() else None, _masks(envs)
+    _settle(envs)
     if command == "reset":
         # DummyVecEnv takes its seeds and options for the next reset from these (SB3 2.x); the parent's
         # VecEnv.seed() and set_options() set them for every environment, so each shard gets its own slice
@@ -69,19 +73,32 @@ def _masks(envs: DummyVecEnv) -> np.ndarray | None:
         return None
 
 
-def _prefetch(envs: DummyVecEnv) -> bool:
-    """Do one piece of the work the shard's environments' next steps will ask for (``RepartitionEnv.prefetch``:
-    the same results, cached earlier), while this process would only wait: whether there was any."""
-    for env in envs.envs:
-        prefetch = getattr(env.unwrapped, "prefetch", None)
-        if prefetch is not None and prefetch():
-            return True
+def _work_ahead(envs: DummyVecEnv) -> bool:
+    """Do one piece of the work the shard's environments' next steps will ask for, while this process would
+    only wait: whether there was any. First each environment's next step as if the policy keeps the plan
+    (``RepartitionEnv.speculate``: what most steps do, taken back where they do not), then the reward's
+    reference under the rows of conditions further ahead (``RepartitionEnv.prefetch``: the same results,
+    cached earlier)."""
+    for method in ("speculate", "prefetch"):
+        for env in envs.envs:
+            work = getattr(env.unwrapped, method, None)
+            if work is not None and work():
+                return True
     return False
+
+
+def _settle(envs: DummyVecEnv) -> None:
+    """Take back the steps taken ahead (``RepartitionEnv.cancel_speculation``): any command but a step reads
+    or changes the environments as they are."""
+    for env in envs.envs:
+        cancel = getattr(env.unwrapped, "cancel_speculation", None)
+        if cancel is not None:
+            cancel()
 
 
 def _await(remote: Any, idle_envs: DummyVecEnv) -> None:
     """Return once ``remote`` has a message to read, working ahead for ``idle_envs`` meanwhile."""
-    while not remote.poll() and _prefetch(idle_envs):
+    while not remote.poll() and _work_ahead(idle_envs):
         pass
 
 
@@ -134,14 +151,23 @@ class ShardedVecEnv(VecEnv):
         step_here: the first shard steps in this process, while the others step in ``workers - 1`` other
             processes, instead of every shard in a process of its own (this process waits for the environments
             anyway: on 2 cores, one shard here and one in another process use both).
+        here: with ``step_here``, the environments stepped in this process (None: one fewer than an even share;
+            the other shards as even as they divide).
     """
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]], workers: int, start_method: str = "fork",
-                 step_here: bool = False):
+                 step_here: bool = False, here: int | None = None):
         if workers < 1:
             raise ValueError(f"ShardedVecEnv: workers must be >= 1, got {workers}")
         workers = min(workers, len(env_fns))
         edges = np.linspace(0, len(env_fns), workers + 1).round().astype(int)
+        if step_here and workers > 1:
+            # this process also runs the policy and records each step, while the workers take their next steps
+            # ahead (speculate): one environment fewer than an even share, unless told
+            here = max(int(edges[1]) - 1, 1) if here is None else here
+            if not 1 <= here <= len(env_fns) - workers + 1:
+                raise ValueError(f"ShardedVecEnv: here must be 1 to {len(env_fns) - workers + 1}, got {here}")
+            edges = np.concatenate([[0], np.linspace(here, len(env_fns), workers).round().astype(int)])
         self.shards = [range(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
         self.shard_of = [w for w, shard in enumerate(self.shards) for _ in shard]
         ctx = mp.get_context(start_method)

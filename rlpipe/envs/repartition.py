@@ -29,7 +29,7 @@ from numba import njit
 from rlpipe.envs.job import SimulatedJob
 from rlpipe.envs.situation import EnvConfig, Situation, draw_situation
 from rlpipe.errors import InputError
-from rlpipe.observation import OBSERVATION_CLIP, ActionLayout, ObservationEncoder
+from rlpipe.observation import KEEP, OBSERVATION_CLIP, ActionLayout, ObservationEncoder
 from rlpipe.planning import Planner
 from rlpipe.profile import LayerProfile
 from rlpipe.simulator import NO_OVERHEADS, Overheads
@@ -67,10 +67,13 @@ class RepartitionEnv(gym.Env):
         self._timer_models = self.config.timer_models()
         self._profiles: dict[str, LayerProfile] = {}
         self._prefetched: tuple[Plan, int] | None = None  # (plan, next row) of prefetch(); None before a reset
+        # the step speculate() took ahead: (the state before it, what it returned, the action mask before it)
+        self._ahead: tuple[tuple, tuple, np.ndarray] | None = None
 
     # --- episode set-up -----------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.cancel_speculation()  # the episode's generator as the last step left it
         super().reset(seed=seed)
         cfg = self.config
         self.situation = s = draw_situation(cfg, self.np_random, options or {}, self._timer_models, self._profiles)
@@ -107,9 +110,17 @@ class RepartitionEnv(gym.Env):
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now (the sb3-contrib MaskablePPO convention)."""
+        if self._ahead is not None:  # as of the state before the step taken ahead, where the caller is
+            return self._ahead[2].copy()
         return self.encoder.action_mask(self.boundaries, self.split)
 
     def step(self, action: int):
+        if self._ahead is not None:
+            before, keep_step, _ = self._ahead
+            self._ahead = None
+            if int(action) == KEEP:  # the step was taken ahead
+                return keep_step
+            self._restore(before)
         target = self.encoder.decode(int(action), self.boundaries, self.split)
         if target is None:
             return self._advance(self.boundaries, self.split, self.config.invalid_action_penalty)
@@ -117,6 +128,7 @@ class RepartitionEnv(gym.Env):
 
     def step_to(self, boundaries: tuple[int, ...], split: tuple[int, ...] | None = None):
         """Run any valid partition and split (for simulation-only policies such as the oracle)."""
+        self.cancel_speculation()
         return self._advance(self.planner.partition(tuple(boundaries)).boundaries,
                              self.split if split is None else tuple(split), 0.0)
 
@@ -173,6 +185,35 @@ class RepartitionEnv(gym.Env):
         self._prefetched = plan, row
         return False
 
+    def speculate(self) -> bool:
+        """Take the next step now as if the policy keeps the plan, what it does on most steps, keeping the state
+        before it: :meth:`step` then returns it where the action is ``keep``, and otherwise goes back to that
+        state first and steps as it would have. Observations, rewards and masks are those of stepping when
+        asked (the step draws from the episode's generator, which going back restores); only when the work is
+        done changes (:class:`~rlpipe.agents.vec_env.ShardedVecEnv` calls this while a process would otherwise
+        wait). Until then the environment's attributes are those after the step taken ahead, while
+        :meth:`action_masks` answers as of before it; its other methods, and the vectorised environment before
+        any command but a step, go back first (:meth:`cancel_speculation`). Returns whether a step was taken:
+        not where one is taken already, before a reset or past the episode's end."""
+        if self._prefetched is None or self._ahead is not None or self.time_s >= self.situation.duration_s:
+            return False
+        mask = self.encoder.action_mask(self.boundaries, self.split)  # what action_masks() answers until then
+        before = (dict(vars(self)), self.np_random.bit_generator.state, self.encoder.snapshot())
+        self._ahead = before, self._advance(self.boundaries, self.split, 0.0), mask
+        return True
+
+    def cancel_speculation(self) -> None:
+        """Go back to the state before the step :meth:`speculate` took ahead, if there is one."""
+        if self._ahead is not None:
+            self._restore(self._ahead[0])
+
+    def _restore(self, state: tuple[dict[str, Any], dict[str, Any], tuple]) -> None:
+        attributes, generator_state, encoder_state = state
+        vars(self).clear()
+        vars(self).update(attributes)  # _ahead among them: None
+        self.np_random.bit_generator.state = generator_state
+        self.encoder.restore(encoder_state)
+
     # --- what the job reports -------------------------------------------------------------------
 
     def _partition_constants(self, boundaries: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -211,6 +252,7 @@ class RepartitionEnv(gym.Env):
 
     def future(self) -> FutureView:
         """The true future, for simulation-only policies."""
+        self.cancel_speculation()
         return FutureView(self)
 
 

@@ -5,13 +5,15 @@ import pytest
 from stable_baselines3.common.monitor import Monitor
 
 from rlpipe.agents.ppo import TrainConfig, _make_vec_env
+from rlpipe.agents.vec_env import ShardedVecEnv
+from rlpipe.envs import RepartitionEnv
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "workers", "processes"), [
     ("subproc", None, 3),  # a process per environment
     ("subproc", 2, 2),  # two shards of 2 and 1
-    ("split", None, 1),  # two shards: 2 here, 1 in another process
+    ("split", None, 1),  # two shards: 1 here (it also runs the policy), 2 in another process
     ("split", 3, 2),  # one here, one in each of two others
 ])
 def test_environments_in_other_processes_step_as_in_one(kind, workers, processes):
@@ -53,3 +55,17 @@ def test_environments_in_other_processes_step_as_in_one(kind, workers, processes
         in_turn.close()
         in_processes.close()
     assert not any(process.is_alive() for process in in_processes.processes)
+
+
+def test_the_shard_here_holds_one_environment_fewer():
+    """With step_here this process also runs the policy while the workers take their next steps ahead: its shard
+    holds one environment fewer than an even share unless ``here`` says otherwise, and every shard at least one."""
+    makers = [lambda: RepartitionEnv(duration_s=60.0)] * 6
+    for here, shards in [(None, [range(0, 2), range(2, 6)]), (4, [range(0, 4), range(4, 6)])]:
+        envs = ShardedVecEnv(makers, workers=2, step_here=True, here=here)
+        try:
+            assert envs.shards == shards and len(envs.processes) == 1
+        finally:
+            envs.close()
+    with pytest.raises(ValueError, match="here must be 1 to 5"):
+        ShardedVecEnv(makers, workers=2, step_here=True, here=6)

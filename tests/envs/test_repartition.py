@@ -68,6 +68,38 @@ def test_working_ahead_between_steps_changes_no_observation_reward_or_mask():
     np.testing.assert_array_equal(plain, ahead)
 
 
+def test_a_step_taken_ahead_changes_no_observation_reward_or_mask():
+    """speculate(), what a training process does while it would only wait, takes the next step as if the policy
+    keeps the plan: step(keep) returns it, the mask meanwhile is the one before it; any other action (or a
+    cancel) goes back first. An episode stepped so, with moves among its actions, is the one stepped plainly,
+    bit for bit."""
+    def rollout(ahead):
+        env = RepartitionEnv(duration_s=900, scenarios=("seqlen", "heavy"), data_parallel=(2, 2), step_info=False)
+        assert not env.speculate()  # no episode yet
+        obs, _ = env.reset(seed=5)
+        trajectory, rng, choices, done = [obs], np.random.default_rng(0), np.random.default_rng(1), False
+        used, taken_back = 0, 0
+        while not done:
+            if ahead:
+                assert env.speculate() and not env.speculate()  # one step ahead at most
+                if choices.random() < 0.1:  # going back, then ahead again
+                    env.cancel_speculation()
+                    assert env.speculate()
+            mask = env.action_masks()
+            action = 0 if rng.random() < 0.8 else rng.choice(np.flatnonzero(mask))
+            used, taken_back = used + int(ahead and action == 0), taken_back + int(ahead and action != 0)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            trajectory += [mask, obs, np.array([reward, env.time_s, env.repartitions, env.stall_total_s])]
+            done = terminated or truncated
+        assert not env.speculate()  # none past the episode's end
+        if ahead:
+            assert used > 20 and taken_back > 5  # steps taken ahead were used, and taken back
+        obs, _ = env.reset()  # the next episode draws from the generator where the plain one left it
+        return np.concatenate([*trajectory, obs])
+
+    np.testing.assert_array_equal(rollout(False), rollout(True))
+
+
 def test_episode_is_a_stretch_of_time_and_reward_is_efficiency():
     env = RepartitionEnv(duration_s=900, scenarios=("none",), timer_noise=0.0)
     env.reset(seed=1)
