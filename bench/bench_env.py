@@ -211,8 +211,8 @@ def run() -> dict:
 
     from rlpipe.agents.ppo import _env_kwargs
 
-    # first, with torch's default threads (the later figures set 1). The shipped layout (split: 8 environments
-    # stepped in this process while 8 step in another) three times, as this machine's speed moves by a fifth
+    # first, with torch's default threads (the later figures set 1). The shipped layout (split: 7 environments
+    # stepped in this process while 9 step in another) three times, as this machine's speed moves by a fifth
     # between runs minutes apart: the median, and every run beside it; dummy (all 16 in turn in this process,
     # the default until 2026-12-05) once between its first two runs, and the 256-wide layers shipped until
     # 2026-12-06 22:58 after each of them
