@@ -1,5 +1,5 @@
-"""Where `falcon-early` leaves the oracle's lead on replicated jobs, and two teacher variants tried against it
-(issue #19, 2026-12-07; not part of the package, not tested).
+"""Where `falcon-early` leaves the oracle's lead on replicated jobs, and three changes tried against it (issue #19,
+2026-12-07; not part of the package, not tested).
 
 The lead at 4 stages x 2 replicas, decomposed on the README table's episodes (seed 4242, 10 a preset; `onset_blind.py
 4x2 "falcon-early,oracle,onset-blind,ob:lag_intervals=1,true-plan,ppo" 10 4242 heavy,drift,persistent,mixed`, 5
@@ -14,11 +14,11 @@ minutes in 2 processes), each minus `falcon-early`:
 
 A planner told how each slowdown under way goes on, an interval late, takes most of the lead on drift, persistent and
 mixed; the plans themselves (`true-plan`: the plan best for the true conditions with `falcon-early`'s timing) take
-0.14 to 0.38 of it. What is missing is the guess of how long a slowdown will last. On `mixed` the moves an hour are no
-cause: `falcon-early` moves 143 times an hour against the oracle's 41, but 989 of those 1,430 moves are rebalances
-on the two mlp16 episodes, which hold 6% of the lead; the rest of the lead is on the large models, where it moves
-*less* than the oracle (the episode of seed index 8, cnn16 with 32 micro-batches: 13 moves against 21, 0.8540
-against 0.9265).
+0.14 to 0.38 of it. What is missing is mostly how a slowdown under way goes on (how long, how large). On `mixed` the
+moves an hour are no cause: `falcon-early` moves 143 times an hour against the oracle's 41, but 989 of those 1,430
+moves are rebalances on the two mlp16 episodes, which hold 6% of the lead; the rest of the lead is on the large
+models, where it moves *less* than the oracle (the episode of seed index 8, cnn16 with 32 micro-batches: 13 moves
+against 21, 0.8540 against 0.9265).
 
 Two causes found in that episode, each a variant here (a `falcon-early` subclass; the rest of the rule as shipped):
 - `bottleneck-noise`: from 1,281 s to 1,994 s a 3.94x fail-slow held one replica's third stage; a rebalance would
