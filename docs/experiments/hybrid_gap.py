@@ -213,12 +213,27 @@ def gate_tally(layout, preset, episodes, seed):
         print(f"{held_by:20s} {value / total:6.1%} of wall x true gain ({decisions[held_by]} decisions)")
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "gates":
-        gate_tally(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
-        sys.exit()
+USAGE = ("usage: hybrid_gap.py LAYOUT NAMES EPISODES SEED [PRESETS] | heldout NAMES EPISODES"
+         " | gates LAYOUT PRESET EPISODES SEED (--help: what each does)")
+
+
+def main(argv):
+    mode = argv[1] if len(argv) > 1 else "--help"
+    if mode in ("-h", "--help"):
+        print(__doc__)
+        return
+    counts = {"gates": argv[4:6], "heldout": argv[3:4]}.get(mode, argv[3:5])  # episodes (and seed): whole numbers
+    if len(counts) < (1 if mode == "heldout" else 2) or not all(count.isdigit() for count in counts):
+        sys.exit(USAGE)
+    if mode == "gates":
+        gate_tally(argv[2], argv[3], int(argv[4]), int(argv[5]))
+        return
     onset_blind.build = keen_resplit.build = build  # the worker processes fork after this: they build these too
-    if sys.argv[1] == "heldout":
-        keen_resplit.held_out(sys.argv[2].split(","), int(sys.argv[3]))
+    if mode == "heldout":
+        keen_resplit.held_out(argv[2].split(","), int(argv[3]))
     else:
-        onset_blind.main(sys.argv)
+        onset_blind.main(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
