@@ -108,14 +108,19 @@ def held_out_job(task):
     return run_episode(env, build(name), seed, scenario).efficiency
 
 
-def held_out(names, episodes):
+def held_out_episodes(episodes):
+    """The shipped training config's environment options and ``episodes`` held-out (scenario, seed) pairs."""
     config = Path(__file__).resolve().parents[2] / "configs" / "ppo.yml"
     env_kwargs = _env_kwargs(TrainConfig.from_yaml(config))
     calibration = env_kwargs.get("calibration")
     if isinstance(calibration, str):  # relative to the config's folder, as rlpipe train reads it
         env_kwargs["calibration"] = str(config.parent / calibration)
     scenarios = list(env_kwargs["scenarios"])
-    held = [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
+    return env_kwargs, [(scenarios[i % len(scenarios)], HELD_OUT_SEED_BASE + i) for i in range(episodes)]
+
+
+def held_out(names, episodes):
+    env_kwargs, held = held_out_episodes(episodes)
     with Pool(2) as pool:
         scores = pool.map(held_out_job, [(name, episode, env_kwargs) for name in names for episode in held])
     for k, name in enumerate(names):
