@@ -23,12 +23,14 @@
    shipped test holds it, once its gain has cleared the count's bar for one whole interval and the saving over the
    expected remaining life (``ObservationEncoder.round_trip_saving``: this run's ended slowdowns) reaches ``stalls``
    of its stalls and the survival test passes; where too few slowdowns have ended to judge, the shipped test alone
-   decides. Options: ``stalls`` (12; 3 and 6 gave the same within 0.0002 at 4 x 1, 30 less at 4 x 2), ``split``
-   (1: the re-split and the layer re-plan only, not the rebalance), ``after_onset`` (1: only in the interval after
-   one the encoder found transient, an onset), ``blips`` (the least share, of the ended slowdowns at least half the
-   count's age, that lasted longer than it: one-interval blips such as timer outliers make it low), ``wall`` (a
-   tolerance: only where the log of the predicted iteration time over the measured wall time is within it of its
-   median over the last five intervals: a timer outlier moves the estimates, not the wall clock).
+   decides. Options: ``stalls`` (12; 3 and 6 gave the same within 0.0002 at 4 x 1; with ``wall=0.02`` at 4 x 2, 30
+   gained less, periodic +0.0010 against +0.0031; 3 with ``split=0`` lost more on mixed at 4 x 2, -0.0058 against
+   12's -0.0026), ``split`` (1: the re-split and the layer re-plan only, not the rebalance), ``after_onset`` (1: only
+   in the interval after one the encoder found transient, an onset), ``blips`` (the least share, of the ended
+   slowdowns at least half the count's age, that lasted longer than it: one-interval blips such as timer outliers
+   make it low), ``wall`` (a tolerance: only where the log of the predicted iteration time over the measured wall
+   time is within it of its median over the last five intervals: a timer outlier moves the estimates, not the wall
+   clock).
 
    On the table's episodes (10 a preset, seed 4242), minus `falcon-early`:
 
@@ -241,10 +243,6 @@ def table_job(args):
     return (layout, preset, name), results
 
 
-def held_out_env(env_kwargs):
-    return RepartitionEnv(**{**env_kwargs, "duration_s": 1200.0, "min_duration_s": None})
-
-
 def held_out(names, episodes):
     """Each name's mean over keen_resplit's held-out episodes, and its difference from the first by timer model."""
     env_kwargs, held = keen_resplit.held_out_episodes(episodes)
@@ -253,7 +251,7 @@ def held_out(names, episodes):
         scores = pool.map(keen_resplit.held_out_job, [(name, episode, env_kwargs) for name in names
                                                       for episode in held])
     scores = np.array(scores).reshape(len(names), episodes)
-    env, timer_model = held_out_env(env_kwargs), []
+    env, timer_model = keen_resplit.held_out_env(env_kwargs), []
     for scenario, seed in held:
         env.reset(seed=seed, options={"scenario": scenario})
         timer_model.append(env.situation.measurement.name)
@@ -271,7 +269,7 @@ def one_episode(scenario, seed, names):
     """Efficiency and moves an hour of each name on one held-out-style episode."""
     env_kwargs, _ = keen_resplit.held_out_episodes(0)
     for name in names:
-        env = held_out_env(env_kwargs)
+        env = keen_resplit.held_out_env(env_kwargs)
         result = run_episode(env, build(name), seed, scenario)
         s = env.situation
         print(f"{name}: {result.efficiency:.4f}, {result.repartitions_per_hour:.1f} repartitions and "

@@ -102,10 +102,14 @@ def build(name):
     return VARIANTS[name]() if name in VARIANTS else plain_build(name)
 
 
+def held_out_env(env_kwargs):
+    """A held-out episode's environment: the training distribution's, 20 minutes long."""
+    return RepartitionEnv(**{**env_kwargs, "duration_s": 1200.0, "min_duration_s": None})
+
+
 def held_out_job(task):
     name, (scenario, seed), env_kwargs = task
-    env = RepartitionEnv(**{**env_kwargs, "duration_s": 1200.0, "min_duration_s": None})
-    return run_episode(env, build(name), seed, scenario).efficiency
+    return run_episode(held_out_env(env_kwargs), build(name), seed, scenario).efficiency
 
 
 def held_out_episodes(episodes):
