@@ -16,8 +16,8 @@
    nothing at 4 x 1; only persistent at 4 x 2 (+0.0025 of +0.0049) gains much. The lead is not in the estimates'
    noise but in what the rule does with what it sees.
 
-2. **Waiting on the expected remaining life** (`el:...`, a `falcon-early` subclass). The ski rental waits until the
-   time lost reaches the move's stall, confirmed over two intervals (or one that lost 4 stalls): the worst-case
+2. **Waiting on the expected remaining life** (`el:...`, a `falcon-early` subclass). The ski rental waits until
+   the time lost reaches the move's stall, confirmed over two intervals (or one that lost 4 stalls): the worst-case
    answer, 2-competitive whatever the slowdowns' lengths. A rule that knows how long slowdowns last should move as
    soon as the move saves enough over the imbalance's expected remaining life. The variant fires a lever, where the
    shipped test holds it, once its gain has cleared the count's bar for one whole interval and the saving over the
