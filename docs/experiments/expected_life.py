@@ -134,11 +134,11 @@ import sys
 from dataclasses import dataclass, field
 from multiprocessing import Pool
 
+import hybrid_gap
 import keen_resplit
 import numpy as np
 import onset_blind
 
-import rlpipe.agents.heuristics as heuristics
 from rlpipe.agents.heuristics import EarlyFalconPolicy
 from rlpipe.envs.evaluation import run_episode
 from rlpipe.envs.repartition import RepartitionEnv
@@ -163,13 +163,14 @@ class ExpectedLifeFalcon(EarlyFalconPolicy):
     outlier_rate: float = 0.0  # > 0: the most one-interval jumps per device interval this run has seen
     name: str = "expected-life"
     _was_transient: bool = field(default=False, init=False)
-    _wall_ratios: list = field(default_factory=list, init=False)
+    _wall_ratios: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WALL_HISTORY),
+                                            init=False)
     _jumps: list = field(default_factory=lambda: [0, 0], init=False)  # (one-interval jumps, device intervals seen)
 
     def reset(self) -> None:
         super().reset()
         self._was_transient = False
-        self._wall_ratios = []
+        self._wall_ratios.clear()
         self._jumps = [0, 0]
 
     def _count_jumps(self, encoder) -> None:
@@ -186,7 +187,7 @@ class ExpectedLifeFalcon(EarlyFalconPolicy):
         if encoder.latest is None:
             return super().act(observation, mask, context)
         follows_onset, self._was_transient = self._was_transient, bool(encoder.transient)
-        recent_ratios = self._wall_ratios[-WALL_HISTORY:]
+        recent_ratios = list(self._wall_ratios)
         wall_ratio = float(np.log(encoder.replan_figures[0] / encoder.latest.iteration_ms))
         self._wall_ratios.append(wall_ratio)
         self._count_jumps(encoder)
@@ -195,11 +196,8 @@ class ExpectedLifeFalcon(EarlyFalconPolicy):
         plans = {tuple(encoder.replan_figures.tolist()): (targets.replan, encoder.split),
                  tuple(encoder.rebalance_figures.tolist()): (tuple(context.boundaries), targets.rebalance),
                  tuple(encoder.both_figures.tolist()): targets.both}
-        shipped = heuristics.ski_rental_fires
 
-        def fires(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls=0.0):
-            if shipped(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls):
-                return True  # the shipped test, which also counts the interval
+        def sooner(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls):
             plan = plans.get(tuple(np.asarray(figures).tolist()))
             if not possible or count.held_intervals < 1 or plan is None:
                 return False
@@ -217,11 +215,8 @@ class ExpectedLifeFalcon(EarlyFalconPolicy):
             return bool(saving is not None and saving[0] >= self.stalls * saving[1]
                         and encoder.imbalance_survival() >= min_survival)
 
-        heuristics.ski_rental_fires = fires
-        try:
+        with hybrid_gap.also_fires(sooner):
             return super().act(observation, mask, context)
-        finally:
-            heuristics.ski_rental_fires = shipped
 
 
 @dataclass

@@ -90,6 +90,7 @@ Arguments as `onset_blind.py`'s (LAYOUT NAMES EPISODES SEED [PRESETS]), `heldout
 import collections
 import math
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import keen_resplit
@@ -129,20 +130,30 @@ class WaiveSurvivalFalcon(EarlyFalconPolicy):
     name: str = "waive-survival"
 
     def act(self, observation, mask, context):
-        shipped = heuristics.ski_rental_fires
-
-        def fires(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls=0.0):
-            if shipped(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls):
-                return True  # the shipped test, which also counts the interval
+        def waived(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls):
             stall_s = float(figures[2])
-            return bool(possible and count.reached(stall_s, confirm_intervals, early_stalls)
-                        and count.lost_s >= self.waive_stalls * stall_s)
+            return (possible and count.reached(stall_s, confirm_intervals, early_stalls)
+                    and count.lost_s >= self.waive_stalls * stall_s)
 
-        heuristics.ski_rental_fires = fires  # FalconPolicy.act looks it up at call time
-        try:
+        with also_fires(waived):
             return super().act(observation, mask, context)
-        finally:
-            heuristics.ski_rental_fires = shipped
+
+
+@contextmanager
+def also_fires(extra):
+    """While open, the rules' count test (``heuristics.ski_rental_fires``) also passes where ``extra`` (called with
+    the same arguments, ``early_stalls`` included) does. The shipped test runs first: it counts the interval."""
+    shipped = heuristics.ski_rental_fires
+
+    def fires(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls=0.0):
+        return (shipped(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls)
+                or bool(extra(count, figures, encoder, possible, confirm_intervals, min_survival, early_stalls)))
+
+    heuristics.ski_rental_fires = fires  # FalconPolicy.act looks it up at call time
+    try:
+        yield
+    finally:
+        heuristics.ski_rental_fires = shipped
 
 
 plain_build = keen_resplit.build
