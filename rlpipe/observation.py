@@ -53,7 +53,10 @@ job waits for its slowest replica); the replica block keeps every device.
   stalls (1/0; version 9 was an experiment, never shipped: ``docs/experiments/keen_resplit.py``); version 11:
   ``falcon-early``'s three early tests on its own counts, which take gains from ``OUTLIVED_MIN_GAIN`` while the
   plan in force has outlived the slowdown it was fitted to, and whether it has (1/0,
-  :attr:`ObservationEncoder.plan_outlived`); the re-plan's target is the faster in simulation of two
+  :attr:`ObservationEncoder.plan_outlived`); version 12: ``falcon-early``'s re-split tests (re-plan, and both
+  where its plan moves layers) also pass after one interval whose move would save ``EXPECTED_LIFE_STALLS`` of its
+  stalls over the imbalance's expected remaining life, where the run's timers are steady
+  (:attr:`ObservationEncoder.timers_steady`); the re-plan's target is the faster in simulation of two
   bottleneck optima (:func:`_replan_target`; on a replicated job, of one per stage more:
   :meth:`ObservationEncoder._levers`). Stalls are in units of ``ITERATIONS_UNIT`` iterations at the
   current speed.
@@ -98,7 +101,7 @@ from rlpipe.ski_rental import (
 from rlpipe.split import greedy_split
 from rlpipe.stats import IntervalStats, tail_iterations
 
-OBSERVATION_VERSION = 11
+OBSERVATION_VERSION = 12
 DEFAULT_S_MAX = 8  # stage slots of the shipped policy's observation
 DEFAULT_D_MAX = 8  # replica slots
 DEFAULT_HISTORY = 4  # intervals of device load it carries, the current one included
@@ -126,6 +129,10 @@ RULE_MIN_GAIN = 0.03  # and the smallest predicted gain they count
 EARLY_RESPLIT_STALLS = 4.0  # falcon-early (the policy's teacher) re-splits after 1 interval that lost this many stalls
 EARLY_REBALANCE_STALLS = 4.0  # and rebalances after 1 interval that lost this many of the rebalance's stalls
 OUTLIVED_MIN_GAIN = 0.01  # and counts from this gain once the plan in force outlived the slowdown it was fitted to
+EXPECTED_LIFE_STALLS = 12.0  # and re-splits after 1 interval whose move saves this many stalls over the expected life
+TIMER_JUMP = 0.15  # a device's load off by this much (log) for one interval and back: a timer outlier or a pause
+MAX_JUMP_RATE = 0.005  # timers are steady while at most this share of device intervals were such jumps
+MIN_JUMP_INTERVALS = 40  # device intervals judged before the jump rate is trusted
 ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
 ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
 PLAN_MARGIN = 0.05  # the re-plan also tries the plan fitting the most slowed stage (replicas: each) this much slower
@@ -349,8 +356,8 @@ class ObservationEncoder:
     def reset(self) -> None:
         devices = self.planner.replicas * self.planner.num_stages
         self._loads = np.ones((self.history, devices))  # every device's loads, newest first
-        self._state = np.zeros(5)  # intervals recorded, iterations since repartition, noise, dispersion, and the
-        # fewest intervals behind any device's steady estimate
+        self._state = np.zeros(7)  # intervals recorded, iterations since repartition, noise, dispersion, the
+        # fewest intervals behind any device's steady estimate, one-interval jumps and the device intervals judged
         self.elevated_iterations = np.zeros(devices)
         self.imbalance_moved = False  # on the launch plan, the latest interval's disturbed devices replaced the
         # previous ones: the ski-rental counts start again
@@ -457,6 +464,15 @@ class ObservationEncoder:
         between, within, settled_intervals = self._state[2:5].tolist()
         level = max(between, within / math.sqrt(max(iterations, 1)))
         return level, level / math.sqrt(max(settled_intervals, 1.0))
+
+    @property
+    def timers_steady(self) -> bool:
+        """Whether this run's timers read few one-interval jumps: at most ``MAX_JUMP_RATE`` of the device intervals
+        judged (``MIN_JUMP_INTERVALS`` at least) saw a device's load off by over ``TIMER_JUMP`` (log) for one interval
+        and back. Timer outliers and pauses make such jumps; a slowdown's onset does not come back. Clean timers of
+        3% noise read 0-0.0007 of them, timers with outliers 0.025-0.034, ``mixed``'s pauses 0.04-0.05."""
+        judged, jumps = float(self._state[6]), float(self._state[5])
+        return judged >= MIN_JUMP_INTERVALS and jumps <= MAX_JUMP_RATE * judged
 
     @property
     def transient(self) -> bool:
@@ -753,8 +769,9 @@ class ObservationEncoder:
         targets, split = self.targets, self.split
         running = (tuple(stats.boundaries), split)
         if running != self._running:
-            if self._running is not None:  # the job changed: the escalation starts again
-                for count in (self.rebalance_lost_time, self.both_lost_time, *self.early_lost_times[1:]):
+            if self._running is not None:  # the job changed: the escalation starts again, and falcon-early's
+                # counts all do, as the rule's own (its re-split count too: since version 12, one interval may fire it)
+                for count in (self.rebalance_lost_time, self.both_lost_time, *self.early_lost_times):
                     count.reset()
             self._fitted_to = None if self.at_launch(*running) else previous_estimate
         self._running = running
@@ -768,7 +785,8 @@ class ObservationEncoder:
                      targets.rebalance != split, both != running, (targets.replan, split) == launch,
                      (running[0], targets.rebalance) == launch, both == launch, float(stats.wall_s),
                      float(stats.stall_s), float(stats.iterations), max(stats.iteration_ms, 1e-9), self._past_sorted,
-                     self._past_median, self._imbalance_age, self._state[3])
+                     self._past_median, self._imbalance_age, self._state[3], self.timers_steady,
+                     both[0] != running[0])
         g = self._global_base
         observation[g + G.REPLICAS] = self.planner.replicas / self.d_max
         observation[g + G.SYNC] = (max(stats.sync_ms.tolist()) / max(stats.iteration_ms, 1e-9)
@@ -989,7 +1007,8 @@ def _fill_replicas(slots, split_share, replica_worst, replica_ms, mean_ms, by_de
 @njit(cache=True)
 def _fill_counts(block, counts, params, outlived, figures, noise_level, noise, transient, replan_possible,
                  rebalance_possible, both_possible, replan_home, rebalance_home, both_home, wall_s, stall_s, iterations,
-                 iteration_ms, past_sorted, past_median, imbalance_age, dispersion):  # pragma: no cover
+                 iteration_ms, past_sorted, past_median, imbalance_age, dispersion, timers_steady,
+                 both_moves_layers):  # pragma: no cover
     """One interval of the six ski-rental counts, and the global features they and the past slowdowns give
     (:meth:`ObservationEncoder._count_and_fill`), into ``block``, the observation from its global block on.
     Row k of ``counts`` is a count (re-plan, rebalance, both, then falcon-early's three on the same levers): its
@@ -997,7 +1016,8 @@ def _fill_counts(block, counts, params, outlived, figures, noise_level, noise, t
     and its least gain once the plan in force has ``outlived`` its slowdown (falcon-early's). ``figures``: the
     levers' (:attr:`Targets.figures`); per lever, whether its plan differs from what runs (possible), and whether
     it is the launch plan (home); the interval's wall, stall (s), iterations and iteration ms; the ended slowdowns
-    (shortest first), their median, the imbalance's age (iterations) and the compute dispersion."""
+    (shortest first), their median, the imbalance's age (iterations), the compute dispersion, whether the timers
+    are steady (:attr:`ObservationEncoder.timers_steady`) and whether the both lever's plan moves layers."""
     now_ms = figures[0]
     possible, home = (replan_possible, rebalance_possible, both_possible), (replan_home, rebalance_home, both_home)
     for lever in range(3):
@@ -1041,8 +1061,11 @@ def _fill_counts(block, counts, params, outlived, figures, noise_level, noise, t
             escalation = NOT_JUDGED if home[lever] else saving_s(past_sorted, imbalance_age, early_iterations,
                                                                  figures[2], figures[3], MIN_SEEN)
             escalates = pays(escalation, first_max(figures[6] - figures[5], 0.0), ROUND_TRIP_STALLS)
-        block[slots[6]] = 1.0 if (pays(early_saving, stall, ROUND_TRIP_STALLS) and escalates and reached(
-            early_lost_s, early_intervals, stall, RULE_CONFIRM_INTERVALS, _EARLY_STALLS[lever])) else 0.0
+        # or, a re-split (the rebalance is not), after one interval: its saving over the expected remaining life
+        sooner = (lever != 1 and (lever == 0 or both_moves_layers) and timers_steady and early_intervals >= 1
+                  and not math.isnan(early_saving) and early_saving >= EXPECTED_LIFE_STALLS * stall)
+        block[slots[6]] = 1.0 if (pays(early_saving, stall, ROUND_TRIP_STALLS) and escalates and (sooner or reached(
+            early_lost_s, early_intervals, stall, RULE_CONFIRM_INTERVALS, _EARLY_STALLS[lever]))) else 0.0
 
 
 @njit(cache=True)
@@ -1068,7 +1091,9 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
     repartition, how long each device has been loaded (``ended[d]``: the length of a slowdown of device d
     that ended now, else 0) and each device's steady estimate (``steady[0]``: its mean load since its last
     change, ``steady[1]``: the intervals in that mean; a load more than ``CHANGE_TOLERANCE`` off the mean
-    starts it again). Returns the slowdown estimate (each device's steady mean), how many slowdowns ended, and
+    starts it again), and counts the devices whose load, an interval ago, jumped by over ``TIMER_JUMP`` (log) and
+    came back (``state[5]``, of ``state[6]`` device intervals judged: :attr:`ObservationEncoder.timers_steady`).
+    Returns the slowdown estimate (each device's steady mean), how many slowdowns ended, and
     how long the most slowed device has been loaded (the imbalance's age)."""
     devices = load.shape[0]
     clipped = np.minimum(np.maximum(load, 1.0 / MAX_SLOWDOWN_ESTIMATE), MAX_SLOWDOWN_ESTIMATE)
@@ -1098,6 +1123,12 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
                 slowdowns_ended += 1
     state[1] = 0.0 if stall_s > 0 else state[1] + iterations
     state[4] = steady[1].min()
+    if state[0] >= 3:  # the interval before this one: which devices jumped by TIMER_JUMP and came back
+        for d in range(devices):
+            older = math.log(loads[2, d])
+            if abs(math.log(loads[1, d]) - older) > TIMER_JUMP and abs(math.log(loads[0, d]) - older) < TIMER_JUMP / 2:
+                state[5] += 1.0
+        state[6] += devices
     if compute_cv.shape[0]:
         weight = max(1.0 / state[0], NOISE_MEMORY)  # a plain mean at first, then a running one
         state[3] += weight * (np.median(compute_cv) - state[3])

@@ -13,6 +13,8 @@ from rlpipe.observation import (
     FIRST_MOVE,
     GLOBAL_FEATURES,
     KEEP,
+    MAX_JUMP_RATE,
+    MIN_JUMP_INTERVALS,
     OBSERVATION_CLIP,
     ONSET,
     REBALANCE,
@@ -403,6 +405,30 @@ def test_falcon_earlys_re_split_escalates_from_what_the_rebalance_reaches(planne
         assert g[G.REBALANCE_PAYS_EARLY] == 0  # nothing to rebalance
         assert g[G.BOTH_PAYS_EARLY] >= g[G.BOTH_PAYS]
     assert g[G.BOTH_PAYS_EARLY] == 1
+
+
+def test_timers_are_steady_until_one_interval_jumps_show_outliers(planner):
+    """The jump rate (version 12): a device's load off by over 15% for one interval and back counts as a jump; a
+    slowdown's onset, which stays, does not. Steady once MIN_JUMP_INTERVALS device intervals are judged with at
+    most MAX_JUMP_RATE of them jumps."""
+    encoder, launch = ObservationEncoder(planner), planner.ideal_boundaries
+    judged = 0
+    while judged < MIN_JUMP_INTERVALS:  # clean timers, then a lasting 2x slowdown on stage 1
+        assert not encoder.timers_steady
+        encoder.observe(stats_for(planner, launch, [1.0, 1.0, 1.0, 1.0]))
+        judged = max(encoder._state[0] - 2, 0) * planner.num_stages
+    for _ in range(10):
+        encoder.observe(stats_for(planner, launch, [1.0, 2.0, 1.0, 1.0]))
+    assert encoder.timers_steady and encoder._state[5] == 0
+    jumps = 0
+    while encoder.timers_steady:  # an outlier on stage 3 every fifth interval
+        for step in range(5):
+            encoder.observe(stats_for(planner, launch, [1.0, 2.0, 1.0, 1.6 if step == 0 else 1.0]))
+        jumps += 1
+        assert encoder._state[5] == jumps  # counted an interval later, once it came back
+    assert encoder._state[5] > MAX_JUMP_RATE * encoder._state[6]
+    encoder.reset()
+    assert not encoder.timers_steady and encoder._state[5] == encoder._state[6] == 0
 
 
 def test_a_pause_hopping_to_another_device_starts_the_count_again_on_the_launch_plan(planner):

@@ -1,6 +1,13 @@
 """Is it the timers or the waiting? Where `falcon-early` leaves the oracle's lead, and what timer outliers do to it
 (issue #19, 2026-12-07; not part of the package, not tested).
 
+**Adopted the same evening** (observation v12): `el:split=1;outlier_rate=0.005` is now `falcon-early` itself
+(``EarlyFalconPolicy.expected_life_stalls``, ``ObservationEncoder.timers_steady``). Every figure below was measured
+against the rule before it, which is now `fe:expected_life_stalls=0` (onset_blind's ``fe:`` names); the ``el:``
+variants here still build on that earlier rule, so the commands below reproduce them with that name in place of
+`falcon-early` (checked: on 4 x 2 heavy, drift, persistent and mixed the shipped `falcon-early` now scores the
+variant's 0.9711, 0.9928, 0.9946 and 0.9128, 45.9, 10.4, 8.7 and 191.8 moves an hour).
+
 1. **Exact timers** (`NAME@exact`: the same episodes with `timer_noise` 0, so every interval's loads are the truth;
    the same generator streams, so the same slowdowns). On the README table's episodes (seed 4242, 10 a preset),
    minus `falcon-early` with the table's 3% timers:
@@ -115,16 +122,17 @@
 
 Commands (each a few minutes in 2 processes):
 
-    .venv/bin/python docs/experiments/expected_life.py 4x2 "falcon-early,falcon-early@exact,oracle" 10 4242 \\
-        heavy,drift,persistent,mixed
     .venv/bin/python docs/experiments/expected_life.py 4x2 \\
-        "falcon-early,el:split=1,el:split=0,el:split=1;after_onset=1,el:split=1;wall=0.03" 10 4242
+        "fe:expected_life_stalls=0,fe:expected_life_stalls=0@exact,oracle" 10 4242 heavy,drift,persistent,mixed
+    .venv/bin/python docs/experiments/expected_life.py 4x2 \\
+        "fe:expected_life_stalls=0,el:split=1,el:split=0,el:split=1;after_onset=1,el:split=1;wall=0.03" 10 4242
     .venv/bin/python docs/experiments/expected_life.py heldout \\
-        "falcon-early,el:split=1,el:split=1;wall=0.03,el:split=1;outlier_rate=0.005" 132
-    .venv/bin/python docs/experiments/expected_life.py 4x1 "falcon-early,el:split=1;outlier_rate=0.005" 10 4242
+        "fe:expected_life_stalls=0,el:split=1,el:split=1;wall=0.03,el:split=1;outlier_rate=0.005" 132
+    .venv/bin/python docs/experiments/expected_life.py 4x1 "fe:expected_life_stalls=0,el:split=1;outlier_rate=0.005" \\
+        10 4242
     .venv/bin/python docs/experiments/expected_life.py episode persistent 50000079 \\
-        "falcon-early,el:split=1,el:split=1;wall=0.03,el:split=1;blips=0.85,same-target,oracle"
-    .venv/bin/python docs/experiments/expected_life.py heldout "falcon-early,same-target" 132
+        "fe:expected_life_stalls=0,el:split=1,el:split=1;wall=0.03,el:split=1;blips=0.85,same-target,oracle"
+    .venv/bin/python docs/experiments/expected_life.py heldout "fe:expected_life_stalls=0,same-target" 132
 
 Arguments as `onset_blind.py`'s (LAYOUT NAMES EPISODES SEED [PRESETS]), `heldout NAMES EPISODES`, or `episode
 SCENARIO SEED NAMES` (one held-out-style episode of the training distribution).
@@ -155,6 +163,7 @@ class ExpectedLifeFalcon(EarlyFalconPolicy):
     """falcon-early that also fires a lever once its saving over the imbalance's expected remaining life reaches
     ``stalls`` of its stalls, after one interval whose gain cleared the count's bar (see the module's text)."""
 
+    expected_life_stalls: float = 0.0  # the rule before v12: this class adds the test its own way
     stalls: float = 12.0
     split: float = 1.0  # 1: the re-split and re-plan only
     after_onset: float = 0.0  # 1: only in the interval after a transient one (not `onset`: falcon-early's own)
@@ -224,6 +233,7 @@ class SameTargetFalcon(EarlyFalconPolicy):
     """falcon-early whose rebalance count restarts whenever the rebalance's target split changes: an imbalance
     between replicas that moves from replica to replica from one interval to the next is a new one each time."""
 
+    expected_life_stalls: float = 0.0  # measured on the rule before v12
     name: str = "same-target"
     _rebalance_target: tuple | None = field(default=None, init=False)
 

@@ -1,6 +1,9 @@
 """Where `falcon-early` leaves the oracle's lead on replicated jobs, and three changes tried against it (issue #19,
 2026-12-07; not part of the package, not tested).
 
+Measured against `falcon-early` before observation v12, which added its expected-life re-split
+(`expected_life.py`); that rule is now `fe:expected_life_stalls=0`, and the variants here build on the v12 rule.
+
 The lead at 4 stages x 2 replicas, decomposed on the README table's episodes (seed 4242, 10 a preset; `onset_blind.py
 4x2 "falcon-early,oracle,onset-blind,ob:lag_intervals=1,true-plan,ppo" 10 4242 heavy,drift,persistent,mixed`, 5
 minutes in 2 processes), each minus `falcon-early`:

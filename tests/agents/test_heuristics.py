@@ -272,6 +272,49 @@ def test_falcons_decisions_are_read_off_the_observation(rule):
         assert agreed == replicated
 
 
+def read_off_falcon_early(g, mask):
+    """The action falcon-early takes, read off its flags in the global block ``g`` of an observation."""
+    from rlpipe.observation import ONSET, G
+
+    if g[G.REPLICAS] * 8 <= 1:  # one pipeline (d_max 8): the re-plan's flag
+        return REPLAN if g[G.REPLAN_PAYS_EARLY] else ONSET if mask[ONSET] else KEEP
+    if g[G.BOTH_PAYS_EARLY]:
+        return {1.0: REPLAN, -1.0: REBALANCE, 0.0: BOTH}[float(g[G.BOTH_VIA])]
+    return ONSET if mask[ONSET] else REBALANCE if g[G.REBALANCE_PAYS_EARLY] else KEEP
+
+
+@pytest.mark.parametrize("stages, replicas, timers", [(4, 1, "lognormal"), (2, 2, "lognormal"), (4, 1, "outliers")])
+def test_falcon_early_re_splits_before_the_wait_where_the_expected_life_pays(stages, replicas, timers):
+    """Observation v12: falcon-early's re-split also fires after one interval whose move saves 12 of its stalls
+    over the imbalance's expected remaining life, where the run's timers are steady. On heavy episodes with clean
+    timers it so re-splits where the same rule without that test (advising on the same states) keeps; with
+    timers that read outliers, the jump rate holds it, never sooner. Its decisions are read off the observation's
+    early flags throughout."""
+    from rlpipe.observation import GLOBAL_FEATURES
+
+    models = {"lognormal": {"sigma": 0.03}, "outliers": {"sigma": 0.03, "outlier_probability": 0.03,
+                                                         "outlier_scale": 0.5, "name": "outliers"}}
+    env = RepartitionEnv(min_stages=stages, max_stages=stages, data_parallel=(replicas, replicas),
+                         measurement_models=(models[timers],))
+    sooner, decisions, agreed = 0, 0, 0
+    for seed in range(4):
+        shipped, waiting = EarlyFalconPolicy(), EarlyFalconPolicy(expected_life_stalls=0)
+        observation, _ = env.reset(seed=seed, options={"scenario": "heavy"})
+        done = False
+        while not done:
+            context, mask = DecisionContext(env.encoder, env.boundaries, split=env.split), env.action_masks()
+            action = shipped.act(observation, mask, context)
+            sooner += action != waiting.act(observation, mask, context)
+            if env.encoder.latest is not None:
+                decisions += 1
+                agreed += read_off_falcon_early(observation[-GLOBAL_FEATURES:], mask) == action
+            observation, _, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+        assert env.encoder.timers_steady == (timers == "lognormal")
+    assert agreed == decisions > 500
+    assert (sooner >= 2) if timers == "lognormal" else (sooner == 0)
+
+
 @pytest.mark.slow
 def test_falcon_holds_through_pauses_hopping_between_sixteen_devices():
     """seqlen at 4 replicas x 4 stages: a garbage-collection pause somewhere nearly every interval. Counted
