@@ -95,9 +95,8 @@ GOLDEN = Path(__file__).parent / "data" / "evaluate_golden.json"
 
 def test_evaluate_reproduces_the_recorded_results(tmp_path):
     """``rlpipe evaluate`` on fixed seeds gives the recorded figures: a refactoring guard. A deliberate
-    change of behaviour re-records the file in its commit (last: the re-plan's target chosen by simulation,
-    falcon-early's smaller gain once its plan outlived its slowdown, and the observation-v11 policy that imitates
-    it).
+    change of behaviour re-records the file in its commit (last: falcon-early's expected-life re-split, and the
+    observation-v12 policy that imitates it; only their rows and the others' differences from the best rule moved).
 
     The tolerance, rel 1e-6, is chosen between two scales. Another numpy, BLAS or numba build sums in
     another order or vectorises differently: each figure is a mean over thousands of simulated
