@@ -133,6 +133,7 @@ EXPECTED_LIFE_STALLS = 12.0  # and re-splits after 1 interval whose move saves t
 TIMER_JUMP = 0.15  # a device's load off by this much (log) for one interval and back: a timer outlier or a pause
 MAX_JUMP_RATE = 0.005  # timers are steady while at most this share of device intervals were such jumps
 MIN_JUMP_INTERVALS = 40  # device intervals judged before the jump rate is trusted
+JUMP_INTERVALS = 3  # a jump is judged on a device's last three loads: the encoder keeps at least that many
 ONSET_WORSENING = 0.05  # an interval's tail shows a worsening: its most loaded device this much over the estimate
 ONSET_LASTING = 0.5  # the onset re-split: the least share of slowdowns seen that lasted 2 intervals beyond the tail
 PLAN_MARGIN = 0.05  # the re-plan also tries the plan fitting the most slowed stage (replicas: each) this much slower
@@ -355,7 +356,8 @@ class ObservationEncoder:
 
     def reset(self) -> None:
         devices = self.planner.replicas * self.planner.num_stages
-        self._loads = np.ones((self.history, devices))  # every device's loads, newest first
+        # every device's loads, newest first: the observation's history, and at least the jump count's three
+        self._loads = np.ones((max(self.history, JUMP_INTERVALS), devices))
         self._state = np.zeros(7)  # intervals recorded, iterations since repartition, noise, dispersion, the
         # fewest intervals behind any device's steady estimate, one-interval jumps and the device intervals judged
         self.elevated_iterations = np.zeros(devices)
@@ -589,7 +591,7 @@ class ObservationEncoder:
         self.device_estimate, slowdowns_ended, self._imbalance_age = _record_loads(
             self._loads, self._state, self.elevated_iterations, self._steady,
             np.ascontiguousarray(stats.loads.reshape(-1), dtype=np.float64), float(stats.iterations),
-            float(stats.stall_s), self.history, ended, np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
+            float(stats.stall_s), ended, np.zeros(0) if stats.compute_cv is None else stats.compute_cv)
         # A pause hopping from device to device (garbage collection on many devices): the devices disturbed
         # before have all recovered and others are disturbed now. On the launch plan, what was lost before
         # was lost to another imbalance, which acting on this one would not have recovered. Away from it the
@@ -605,10 +607,11 @@ class ObservationEncoder:
             self.imbalance_moved = False
         by_device = self.device_estimate.reshape(replicas, num_stages)
         if replicas == 1:  # a stage group of one: its most loaded member is the device itself
-            self.slowdown_estimate, history, elevated = self.device_estimate, self._loads, self.elevated_iterations
+            self.slowdown_estimate, history, elevated = (self.device_estimate, self._loads[:self.history],
+                                                         self.elevated_iterations)
         else:
             self.slowdown_estimate, history, elevated = _stage_groups(
-                by_device, self._loads.reshape(self.history, replicas, num_stages),
+                by_device, self._loads[:self.history].reshape(self.history, replicas, num_stages),
                 self.elevated_iterations.reshape(replicas, num_stages))
         self._estimate_list = self.slowdown_estimate.tolist()
         self._noise, self._transient = self._noise_levels(), self._is_transient()
@@ -1084,7 +1087,7 @@ def _stage_groups(device_estimate, loads, elevated):  # pragma: no cover
 
 
 @njit(cache=True)
-def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, history, ended,
+def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, ended,
                   compute_cv):  # pragma: no cover
     """Shift one interval's device loads into the history and update the timer-noise estimate, the
     dispersion estimate (from each stage's ``compute_cv``, the median), the time since the last
@@ -1097,7 +1100,7 @@ def _record_loads(loads, state, elevated, steady, load, iterations, stall_s, his
     how long the most slowed device has been loaded (the imbalance's age)."""
     devices = load.shape[0]
     clipped = np.minimum(np.maximum(load, 1.0 / MAX_SLOWDOWN_ESTIMATE), MAX_SLOWDOWN_ESTIMATE)
-    for row in range(history - 1, 0, -1):  # newest first
+    for row in range(loads.shape[0] - 1, 0, -1):  # newest first
         loads[row] = loads[row - 1]
     loads[0] = clipped
     state[0] += 1.0

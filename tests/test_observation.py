@@ -407,11 +407,12 @@ def test_falcon_earlys_re_split_escalates_from_what_the_rebalance_reaches(planne
     assert g[G.BOTH_PAYS_EARLY] == 1
 
 
-def test_timers_are_steady_until_one_interval_jumps_show_outliers(planner):
+@pytest.mark.parametrize("history", [1, 4])
+def test_timers_are_steady_until_one_interval_jumps_show_outliers(planner, history):
     """The jump rate (version 12): a device's load off by over 15% for one interval and back counts as a jump; a
     slowdown's onset, which stays, does not. Steady once MIN_JUMP_INTERVALS device intervals are judged with at
-    most MAX_JUMP_RATE of them jumps."""
-    encoder, launch = ObservationEncoder(planner), planner.ideal_boundaries
+    most MAX_JUMP_RATE of them jumps. An observation carrying fewer than three intervals of loads counts alike."""
+    encoder, launch = ObservationEncoder(planner, history=history), planner.ideal_boundaries
     judged = 0
     while judged < MIN_JUMP_INTERVALS:  # clean timers, then a lasting 2x slowdown on stage 1
         assert not encoder.timers_steady
