@@ -274,9 +274,9 @@ def test_falcons_decisions_are_read_off_the_observation(rule):
 
 def read_off_falcon_early(g, mask):
     """The action falcon-early takes, read off its flags in the global block ``g`` of an observation."""
-    from rlpipe.observation import ONSET, G
+    from rlpipe.observation import DEFAULT_D_MAX, ONSET, G
 
-    if g[G.REPLICAS] * 8 <= 1:  # one pipeline (d_max 8): the re-plan's flag
+    if g[G.REPLICAS] * DEFAULT_D_MAX <= 1:  # one pipeline: the re-plan's flag
         return REPLAN if g[G.REPLAN_PAYS_EARLY] else ONSET if mask[ONSET] else KEEP
     if g[G.BOTH_PAYS_EARLY]:
         return {1.0: REPLAN, -1.0: REBALANCE, 0.0: BOTH}[float(g[G.BOTH_VIA])]
