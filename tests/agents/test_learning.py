@@ -99,8 +99,9 @@ def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
     it drifts in some seeds (observation v10, after 4,096 steps, seeds 0 / 1 / 2 / 3 in one process: the clone
     repeats 1.00 of the teacher's moves, PPO then 1.00 / 0.87 / 1.00 / 0.00 without the anchor, 1.00 with it in
     all four; on v8, seeds 0 / 1 / 2: 0.00 / 0.60 / 0.03 without). So seeds are tried until one drifts: the anchor
-    must hold in each, to within 0.02 of the clone (2-5 of the moves), and PPO without it must have drifted in one
-    (observation v12, seed 0: the clone 0.996, PPO 0.987 anchored and 0.017 without)."""
+    must hold in each, PPO repeating at least as many of the moves as the clone, and PPO without it must have
+    drifted in one. At this step size the anchor takes 80 cloning minibatches a rollout (observation v12, seed 0:
+    the clone 0.996, PPO 1.000 anchored, 0.987 with 40, 0.017 without)."""
     from sb3_contrib import MaskablePPO
 
     env_kwargs = {"duration_s": 1800.0, "scenarios": ["heavy", "periodic", "drift", "mixed"], "min_stages": 4,
@@ -113,10 +114,10 @@ def test_the_behaviour_anchor_keeps_ppo_near_what_it_imitated():
             model = MaskablePPO("MlpPolicy", RepartitionEnv(**env_kwargs), seed=seed, learning_rate=3e-2,
                                 n_steps=1024, batch_size=256, policy_kwargs={"net_arch": [64, 64]})
             cloned = clone(model.policy, demonstrations)
-            model.learn(4096, callback=[BehaviourAnchor(demonstrations, 40, 3e-2)] if anchored else [])
+            model.learn(4096, callback=[BehaviourAnchor(demonstrations, 80, 3e-2)] if anchored else [])
             repeated[anchored] = CloningLoss(demonstrations).accuracy(model.policy)
         tried.append((seed, cloned, repeated))
-        assert repeated[True] >= cloned - 0.02, tried
+        assert repeated[True] >= cloned, tried
         if repeated[False] <= repeated[True] - 0.1:
             break
     else:
