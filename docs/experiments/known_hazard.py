@@ -30,7 +30,7 @@ Run from the repository root, as `docs/experiments/onset_blind.py` (whose table 
     .venv/bin/python docs/experiments/known_hazard.py 4x2 \
         "falcon-early,oracle,onset-blind,known-hazard,kh:law=all" 10 4242 heavy,drift,persistent,mixed
 
-(4 x 1 and 4 x 2 together about 75 minutes on 2 cores, most of it `known-hazard`'s draws on mixed.)
+(4 x 1 and 4 x 2 at once, 4 processes on 2 cores: 44 minutes, most of it `known-hazard`'s draws on mixed.)
 
 Results (2026-12-07 22:32-23:16, the table's episodes), each minus `falcon-early`, moves an hour in brackets:
 
