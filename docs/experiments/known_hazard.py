@@ -142,6 +142,29 @@ def _sorted(log_factor: np.ndarray, length: np.ndarray, began_with_run: np.ndarr
     return log_factor[order], length[order], began_with_run[order]
 
 
+def drawn_view(env, known: KnownConditions, base_slowdown: np.ndarray, under_way: list[tuple[int, float, float]],
+               links_at, change_times: list[float], now_s: float, end_s: float) -> KnownFutureView:
+    """A future as rows of ``known``: each device at ``base_slowdown``, raised by the episodes ``under_way``
+    ((device, factor, end s)) until their ends; ``links_at(t)`` gives the links' factors and the spread at ``t``,
+    which change only at ``change_times``."""
+    times = sorted({now_s, *(u for _, _, u in under_way if u < end_s), *change_times})
+    segments: list[tuple[int, float, float]] = []
+    for k, since in enumerate(times):
+        slowdown = base_slowdown.copy()
+        for device, factor, until in under_way:
+            if until > since:
+                slowdown[device] = max(slowdown[device], factor)
+        row = known.row(slowdown, *links_at(since))
+        until = times[k + 1] if k + 1 < len(times) else end_s
+        if segments and segments[-1][0] == row:
+            segments[-1] = (row, segments[-1][1], until)
+        else:
+            segments.append((row, since, until))
+    view = KnownFutureView.__new__(KnownFutureView)  # its segments are drawn here, not read off the trace
+    view.env, view._known, view._segments = env, known, segments
+    return view
+
+
 @dataclass
 class KnownHazardOraclePolicy(OraclePolicy):
     """The oracle's planner over futures drawn from the preset's own law for the episodes under way."""
@@ -150,6 +173,7 @@ class KnownHazardOraclePolicy(OraclePolicy):
     true_ends: bool = False
     law: str = "preset"  # or "all": the training distribution's, every preset's episodes together
     links: str = "known"  # or "held": each link's bandwidth now, held (a causal policy's view)
+    min_gain: float = 0.0  # a move must win this share of the mean work over keeping
     name: str = "known-hazard"
     _episodes: tuple[int, list[np.ndarray], KnownConditions] | None = field(default=None, init=False)
     _drawn: KnownFutureView | None = field(default=None, init=False)
@@ -169,14 +193,10 @@ class KnownHazardOraclePolicy(OraclePolicy):
             self._episodes = (id(trace), episodes_of(*origin), KnownConditions(env.job))
             self._law = law_of(*origin[:3]) if self.law == "preset" else law_of_all(*origin[1:3])
             self._rng = np.random.default_rng(origin[3])
-        _, per_device, known = self._episodes
-        self._context = context
         _nearest.clear()
+        self._links_view = None  # built by the first draw that needs it, shared by the decision's draws
         now_s, end_s = truth.now_s, min(truth.now_s + self.horizon_s, truth.end_s)
-        # the links as onset-blind knows them: their true course until they next get worse
-        links_view = KnownFutureView(env, known, self.horizon_s)
-        draws = [self._draw(per_device, known, links_view, trace, now_s, end_s)
-                 for _ in range(1 if self.true_ends else self.samples)]
+        draws = [self._draw(context, now_s, end_s) for _ in range(1 if self.true_ends else self.samples)]
         current = _running(context)
         candidates = [current]
         for draw in draws:
@@ -188,12 +208,14 @@ class KnownHazardOraclePolicy(OraclePolicy):
             self._drawn = draw
             work += self.work_if_switched(context, candidates, len(candidates))
         choice = int(np.argmax(work))
-        if work[choice] <= work[0] * (1.0 + getattr(self, "min_gain", 0.0)):
+        if work[choice] <= work[0] * (1.0 + self.min_gain):
             return current
         return candidates[choice]
 
-    def _draw(self, per_device, known, links_view, trace, now_s, end_s) -> KnownFutureView:
+    def _draw(self, context, now_s: float, end_s: float) -> KnownFutureView:
         """One future: each episode under way ends at a drawn time (its true one with ``true_ends``)."""
+        _, per_device, known = self._episodes
+        env = context.future.env
         under_way = []  # (device, factor, end s)
         for device, rows in enumerate(per_device):
             for start, end, factor in rows[(rows[:, 0] <= now_s) & (rows[:, 1] > now_s)]:
@@ -202,24 +224,18 @@ class KnownHazardOraclePolicy(OraclePolicy):
                 else:
                     until = now_s + drawn_remaining_s(self._law, self._rng, factor, now_s - start, start == 0.0)
                 under_way.append((device, factor, until))
+        # the links as onset-blind knows them: their true course until they next get worse (or held at now's)
+        if self._links_view is None:
+            self._links_view = KnownFutureView(env, known, self.horizon_s)
+        links_view = self._links_view
         link_changes = [] if self.links == "held" else [s for _, s, _ in links_view._segments if now_s < s < end_s]
-        times = sorted({now_s, *(u for _, _, u in under_way if u < end_s), *link_changes})
-        segments = []
-        for k, since in enumerate(times):
-            slowdown = np.ones(trace.num_devices)
-            for device, factor, until in under_way:
-                if until > since:
-                    slowdown[device] = max(slowdown[device], factor)
-            link_row = links_view._row_at(now_s if self.links == "held" else since)
-            row = known.row(slowdown, known._links[link_row], known._spread[link_row])
-            until = times[k + 1] if k + 1 < len(times) else end_s
-            if segments and segments[-1][0] == row:
-                segments[-1] = (row, segments[-1][1], until)
-            else:
-                segments.append((row, since, until))
-        view = KnownFutureView.__new__(KnownFutureView)
-        view.env, view._known, view._segments = links_view.env, known, segments
-        return view
+
+        def links_at(time_s):
+            row = links_view._row_at(now_s if self.links == "held" else time_s)
+            return known._links[row], known._spread[row]
+
+        return drawn_view(env, known, np.ones(env.situation.trace.num_devices), under_way, links_at, link_changes,
+                          now_s, end_s)
 
 
 @dataclass
@@ -228,10 +244,10 @@ class HazardPlannerPolicy(KnownHazardOraclePolicy):
     device the encoder counts as disturbed (``elevated_iterations`` > 0) is an episode under way at its steady
     estimate, as old as the encoder says it is (iterations at the latest interval's pace), begun with the run if
     it has been disturbed since the first interval; every other device holds its estimate (``hold_mild``; or
-    runs at 1). Its end is drawn from the
-    training distribution's law (or the preset's, ``law=preset``); links and the micro-batch spread hold what
-    they are now (the truth's, which the encoder's link estimate approaches). It moves only where the mean work
-    beats keeping by ``min_gain`` (the estimates are noisy). Plans are timed with the simulated job's costs."""
+    runs at 1). Its end is drawn from the training distribution's law (or the preset's, ``law=preset``); links
+    and the micro-batch spread hold what they are now (the truth's, which the encoder's link estimate
+    approaches). It moves only where the mean work beats keeping by ``min_gain`` (the estimates are noisy).
+    Plans are timed with the simulated job's costs."""
 
     law: str = "all"
     min_gain: float = 0.002
@@ -244,22 +260,21 @@ class HazardPlannerPolicy(KnownHazardOraclePolicy):
         self._iterations_seen = 0.0
 
     def act(self, observation, mask, context):
-        latest = context.encoder.latest
-        self._iterations_seen += latest.iterations
-        plan = super().act(observation, mask, context)
-        return plan
+        self._iterations_seen += context.encoder.latest.iterations
+        return super().act(observation, mask, context)
 
-    def _draw(self, per_device, known, links_view, trace, now_s, end_s) -> KnownFutureView:
-        encoder, env = self._context.encoder, links_view.env
+    def _draw(self, context, now_s: float, end_s: float) -> KnownFutureView:
+        encoder, env, known = context.encoder, context.future.env, self._episodes[2]
+        trace = env.situation.trace
         latest = encoder.latest
         seconds_per_iteration = max(latest.wall_s - latest.stall_s, 1e-9) / max(latest.iterations, 1)
-        under_way = []
         now_row = trace.index_at(now_s)
         estimates = trace.slowdown[now_row] if self.present == "truth" else encoder.device_estimate
         # on a 1% grid (in log): every distinct vector of conditions is a new row of the known-conditions table,
         # which rebuilds its trace and re-simulates each plan for it; raw estimates made a new row each decision
         estimates = np.exp(np.round(np.log(np.maximum(estimates, 1e-9)) / 0.01) * 0.01)
         held = np.maximum(estimates, 1.0) if self.hold_mild else np.ones(trace.num_devices)
+        under_way = []
         for device, (estimate, elevated) in enumerate(zip(estimates, encoder.elevated_iterations)):
             if elevated > 0 and estimate > 1.0:
                 held[device] = 1.0
@@ -268,19 +283,7 @@ class HazardPlannerPolicy(KnownHazardOraclePolicy):
                 under_way.append((device, float(estimate), now_s + drawn_remaining_s(
                     self._law, self._rng, float(estimate), age_s, bool(from_start))))
         links, spread = trace.link_factor[now_row], trace.spread_at_row(now_row)
-        times = sorted({now_s, *(u for _, _, u in under_way if u < end_s)})
-        segments = []
-        for k, since in enumerate(times):
-            slowdown = held.copy()
-            for device, factor, until in under_way:
-                if until > since:
-                    slowdown[device] = max(slowdown[device], factor)
-            row = known.row(slowdown, links, spread)
-            until = times[k + 1] if k + 1 < len(times) else end_s
-            segments.append((row, since, until))
-        view = KnownFutureView.__new__(KnownFutureView)
-        view.env, view._known, view._segments = env, known, segments
-        return view
+        return drawn_view(env, known, held, under_way, lambda _: (links, spread), [], now_s, end_s)
 
 
 def build(name):
