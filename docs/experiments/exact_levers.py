@@ -1,0 +1,202 @@
+"""How much of the oracle's lead at 4 x 2 is the encoder's model of a replicated job? (issue #19, 2026-12-08; not
+part of the package, not tested.)
+
+On one pipeline the encoder times its re-plan with the simulator's own kernel; on a replicated job it predicts
+each lever with a model (each replica's pipeline as its fill plus one bottleneck per further micro-batch, the
+slowest replica, then the gradient sync), cheap enough for every training step.
+
+The variant `exact` is `falcon-early` whose encoder, on a replicated job, times the plan running and each
+lever's plan with the simulator's kernel at the encoder's own estimates (each device's steady load on a 1% grid,
+links at full bandwidth, equal micro-batches, no host overheads: what the planner knows) and adds one candidate,
+the plan best for those estimates as the reward's reference finds it; the stalls are the planner's. Nothing here
+knows the truth. It bounds what a better model of a replicated job can take, in the
+processes running `exact` only.
+
+Run from the repository root (the table of `onset_blind.py`):
+
+    .venv/bin/python docs/experiments/exact_levers.py 4x2 "falcon-early,exact" 10 4242 heavy,drift,persistent,mixed
+    .venv/bin/python docs/experiments/exact_levers.py heldout "falcon-early,exact" 132
+
+(`exact:nobest`: the encoder's own candidates only, timed exactly; `exact:reuse=R`: the last exact timing kept
+while no device's estimate has moved by R in log since and the plan running is the same. `heldout NAMES N`: the
+first N held-out episodes of the shipped training distribution, as `keen_resplit.py`'s, by replicas.)
+
+Measured 2026-12-08 01:58-02:12 (the table's episodes, 10 a preset), minus `falcon-early`:
+
+    preset      4 x 2: falcon-early  exact     4 x 4: falcon-early  exact
+    none        1.0000               +0.0000   1.0000               +0.0000
+    light       0.9929               +0.0008   0.9854               +0.0030
+    heavy       0.9711               +0.0053   0.9388               +0.0126
+    bursty      0.9776               -0.0000   0.9625               +0.0006
+    drift       0.9928               +0.0028   0.9882               +0.0045
+    periodic    0.9657               +0.0023   0.9494               +0.0040
+    jitter      1.0000               +0.0000   1.0000               +0.0000
+    persistent  0.9946               +0.0022   0.9890               +0.0035
+    seqlen      0.9373               +0.0000   0.8777               +0.0002
+    network     0.9958               -0.0000   0.9925               +0.0004
+    mixed       0.9128               +0.0035   0.8367               +0.0137
+
+On `seqlen` no repartition at either layout (148.9 and 274.6 rebalances an hour against 150.8 and 272.6). Held
+out (132 episodes, realistic timers): `falcon-early` 0.93818, `exact` 0.94031 (72 differ, 47 up; one pipeline
++0.0000 (36 episodes), 2 replicas +0.0021 (35), 4 +0.0006 (27), 8 +0.0056 (34)). At 4 x 2 on heavy, drift,
+persistent and mixed: `exact:nobest` +0.0014, +0.0020, +0.0019, -0.0016; `exact:reuse=0.02` +0.0056, +0.0015,
++0.0020, +0.0031; `exact:reuse=0.05` +0.0050, +0.0015, +0.0010, +0.0032.
+
+Where it gains, traced (heavy at 4 x 2, 10 episodes one by one): +0.0421 on the episode of index 5 (mlp16,
+GPipe, 8 micro-batches a replica), +0.0093 on index 7, -0.0048 on index 8 (cnn16, 32 micro-batches), -0.0019 on
+index 0, the other six within +-0.0036. In episode 5, at 372 s replica 0 ran two stragglers (3.43x on its first
+stage, estimated 2.28x an interval after the onset, and 3.59x on its last): the model's best lever, the running
+partition with a split of 5 and 11 micro-batches, was predicted at 24.5 ms an iteration and simulates at 32.5;
+timed exactly, the best lever is the launch partition with 3 and 13 (22.8 predicted, 22.9 simulated). The model
+misjudges a skewed split of micro-batches under a slow replica, and the rules then hold a plan a third slower
+than one they could have had, for minutes (again at 756 s: 26.1 against 23.3).
+
+Its cost, one process, random actions (97% keep), 40 episodes of 10 minutes of the training distribution
+(seeds 1000-1039), twice, interleaved: 3,729 and 3,453 steps/s as shipped, 2,043 and 1,747 with `exact`, 2,362
+and 2,617 with `reuse=0.01` (53% of the replicated decisions reuse), 2,013 and 2,422 with `reuse=0.02` (59%).
+Caching by the estimates does not help either: in 44 held-out episodes 69% of the replicated decisions met an
+estimate vector (1% grid) not seen before in their episode. Profiled (20 of those episodes, `exact`): of 4.7 s,
+the variant took 2.5 s: the reference's search (`SimulatedJob.best`) 1.1 s, of which 0.45 s rebuilding graph banks
+the episode's own job already holds, and timing plans 0.8 s, about 9 a decision with repeats. A version for the
+package would share the job's graph bank, time each distinct plan once and run the search only where a lever
+could gain; not built.
+"""
+import sys
+from multiprocessing import Pool
+
+import keen_resplit
+import numpy as np
+import onset_blind
+
+from rlpipe.envs.job import SimulatedJob
+from rlpipe.envs.repartition import RepartitionEnv
+from rlpipe.interference import InterferenceTrace
+from rlpipe.observation import ObservationEncoder, Targets
+from rlpipe.simulator import NO_OVERHEADS
+
+_plain_job = onset_blind.job
+_plain_levers = ObservationEncoder._levers
+_plain_reset = RepartitionEnv.reset
+_episode: dict = {}
+# exact:nobest times the encoder's own candidates only; exact:reuse=R keeps the last exact timing while no
+# device's estimate has moved by R (log) since and the plan running is the same
+_options = {"with_best": True, "reuse": 0.0}
+GRID = 0.01  # the estimates are rounded to 1% in log
+
+
+def exact_levers(self, current, replan, figures, by_device, observation):
+    """``ObservationEncoder._levers``, its replicated plans timed by the simulator at the estimates."""
+    targets = _plain_levers(self, current, replan, figures, by_device, observation)
+    job = _episode.get("job")
+    if self.planner.replicas == 1 or job is None or _episode.get("planner") is not self.planner:
+        return targets
+    logs, running = np.log(by_device.reshape(-1)), (tuple(current), self.split)
+    last = _episode.get("last")
+    if (_options["reuse"] > 0 and last is not None and last[1] == running
+            and float(np.max(np.abs(logs - last[0]))) < _options["reuse"]):
+        _episode["reused"] = _episode.get("reused", 0) + 1
+        return last[2]
+    timed = _episode.get("timed")
+    if timed is None:  # the episode's job, its trace replaced by the estimates at each decision
+        timed = _episode["timed"] = SimulatedJob(job.costs, job.trace, job.replicas, job.num_stages,
+                                                 job.microbatches, job.schedule, job.bandwidth_gbps, NO_OVERHEADS,
+                                                 job.ideal_boundaries, np.random.default_rng(0))
+        timed.patterns = job.patterns
+    trace = job.trace
+    estimates = np.exp(np.round(np.log(by_device.reshape(-1)) / GRID) * GRID)
+    timed.trace = InterferenceTrace(np.zeros(1), estimates[None], np.ones_like(trace.link_factor[:1]),
+                                    trace.duration_s, trace.name,
+                                    None)
+    for cache in (timed._timing_cache, timed._best_cache, timed._conditions_cache, timed._same_row,
+                  timed._row_by_conditions):
+        cache.clear()
+    row = 0
+
+    def ms(plan):
+        return timed.mean_ms(tuple(plan[0]), tuple(plan[1]), row)
+
+    split, current = self.split, tuple(current)
+    best_partition, best_split, _ = timed.best(row) if _options["with_best"] else (targets.both[0], targets.both[1], 0)
+    now_ms = ms((current, split))
+    replan_plan = min([(targets.replan, split), (best_partition, split)], key=ms)
+    rebalance_plan = (current, targets.rebalance)
+    both_plan = min([targets.both, (best_partition, best_split), replan_plan, rebalance_plan], key=ms)
+    iteration_ms = self.latest.iteration_ms if self.latest is not None else now_ms
+    planner = self.planner
+    exact = Targets(replan_plan[0], targets.rebalance, both_plan, np.array([
+        now_ms, ms(replan_plan), ms(rebalance_plan), ms(both_plan), planner.stall_s(current, replan_plan[0]),
+        planner.rebalance_stall_s(split, targets.rebalance, iteration_ms),
+        planner.change_stall_s((current, split), both_plan, iteration_ms)]))
+    _episode["last"] = (logs, running, exact)
+    _episode["timed_count"] = _episode.get("timed_count", 0) + 1
+    return exact
+
+
+def is_exact(name: str) -> bool:
+    """Whether ``name`` is an ``exact`` variant; if so, its options are set."""
+    if name != "exact" and not name.startswith("exact:"):
+        return False
+    options = name[len("exact:"):].split(";") if ":" in name else []
+    _options["with_best"] = "nobest" not in options
+    _options["reuse"] = next((float(o.split("=")[1]) for o in options if o.startswith("reuse=")), 0.0)
+    return True
+
+
+def remembering_reset(self, *args, **kwargs):
+    """``RepartitionEnv.reset``, remembering the episode's job for :func:`exact_levers`."""
+    _episode.clear()
+    result = _plain_reset(self, *args, **kwargs)
+    _episode.update(env=self, job=self.job, planner=self.planner)
+    return result
+
+
+def job(args):
+    layout, preset, name, episodes, seed = args
+    if not is_exact(name):
+        return _plain_job(args)
+    ObservationEncoder._levers, RepartitionEnv.reset = exact_levers, remembering_reset
+    try:
+        _, out = _plain_job((layout, preset, "falcon-early", episodes, seed))
+    finally:
+        ObservationEncoder._levers, RepartitionEnv.reset = _plain_levers, _plain_reset
+    return (layout, preset, name), out
+
+
+def held_out_job(task):
+    """keen_resplit's held-out episode, ``exact`` variants patched in for that episode only."""
+    name = task[0]
+    if not is_exact(name):
+        return keen_resplit.held_out_job(task)
+    ObservationEncoder._levers, RepartitionEnv.reset = exact_levers, remembering_reset
+    try:
+        return keen_resplit.held_out_job(("falcon-early", *task[1:]))
+    finally:
+        ObservationEncoder._levers, RepartitionEnv.reset = _plain_levers, _plain_reset
+
+
+def held_out(names, episodes):
+    """Each name's mean over the held-out episodes of the training distribution (keen_resplit's), and the
+    difference from the first by the job's replicas."""
+    env_kwargs, held = keen_resplit.held_out_episodes(episodes)
+    with Pool(2) as pool:
+        scores = np.array(pool.map(held_out_job, [(name, episode, env_kwargs) for name in names
+                                                  for episode in held])).reshape(len(names), episodes)
+    env, replicas = keen_resplit.held_out_env(env_kwargs), []
+    for scenario, seed in held:
+        env.reset(seed=seed, options={"scenario": scenario})
+        replicas.append(env.situation.replicas)
+    replicas = np.array(replicas)
+    for k, name in enumerate(names):
+        change = scores[k] - scores[0]
+        print(f"{name}: {scores[k].mean():.5f}, {int(np.sum(np.abs(change) > 1e-9))} differ, "
+              f"{int(np.sum(change > 1e-9))} up; by replicas: " + ", ".join(
+                  f"{d}: {change[replicas == d].mean():+.4f} ({int(np.sum(replicas == d))})"
+                  for d in sorted(set(replicas.tolist()))))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "heldout":
+        held_out(sys.argv[2].split(","), int(sys.argv[3]))
+    else:
+        onset_blind.job = job
+        onset_blind.main(sys.argv)
