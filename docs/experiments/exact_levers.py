@@ -75,6 +75,34 @@ timed by the planner's `predict_job_ms`), nothing else exact. At 4 x 2 (the tabl
 (`exact` 2,477 and 2,278 beside them): the planner's balanced split and `predict_job_ms` simulate in Python. So
 the launch candidate carries most of heavy's and mixed's gain, exact timing of the encoder's own candidates
 drift's and persistent's (`exact:nobest`), and the cost of either is the simulation a step adds.
+
+The same candidate in the encoder's own compiled model costs nothing: `launch-model` appends the launch partition
+to `_replicated_levers`' candidates, timed by `_lever_kernel` with its balanced split like the others (a second
+call of the kernel here; a row more in the package). Measured 02:20-02:26, minus `falcon-early`:
+
+    preset      4 x 2      4 x 4
+    none        +0.0000    +0.0000
+    light       +0.0000    +0.0015
+    heavy       +0.0053    +0.0134
+    bursty      +0.0003    -0.0003
+    drift       +0.0007    +0.0008
+    periodic    -0.0004    +0.0027
+    jitter      +0.0000    +0.0000
+    persistent  -0.0001    +0.0018
+    seqlen      +0.0000    +0.0000   (no repartition; the same 150.8 and 272.6 rebalances an hour)
+    network     +0.0000    -0.0000
+    mixed       +0.0036    +0.0109
+    mean of 11  +0.0009    +0.0028
+
+Held out (132 episodes): 0.93909 against 0.93818 (30 differ, 19 up; 2 replicas -0.0004, 4 -0.0001, 8 +0.0041).
+Its cost, the same 40 episodes three times interleaved (a fast hour): 5,602, 5,992 and 6,275 steps/s against
+5,455, 5,909 and 6,731 as shipped. As a teacher it would take half of the oracle's lead on heavy at 2 replicas
+((0.9764 - 0.9605) / (0.9900 - 0.9605) = 0.54 with +0.0053) and leave drift, persistent and mixed short (0.38,
+0.44, 0.17). The next step for issue #19: this candidate in `_replicated_levers` (observation v13, the retrain and
+the README's table), then a cheap exact timing of the levers for drift and persistent.
+
+    .venv/bin/python docs/experiments/exact_levers.py 4x2 "falcon-early,launch-model" 10 4242
+    .venv/bin/python docs/experiments/exact_levers.py heldout "falcon-early,launch-model" 132
 """
 import sys
 from multiprocessing import Pool
@@ -83,6 +111,7 @@ import keen_resplit
 import numpy as np
 import onset_blind
 
+import rlpipe.observation as observation_module
 from rlpipe.envs.job import SimulatedJob
 from rlpipe.envs.repartition import RepartitionEnv
 from rlpipe.interference import InterferenceTrace
@@ -180,6 +209,48 @@ def launch_levers(self, current, replan, figures, by_device, observation):
     return Targets(targets.replan, targets.rebalance, (launch, fitted), figures)
 
 
+_plain_replicated = observation_module._replicated_levers
+_ideal: list = [None]  # the launch partition of the job whose levers are being found
+
+
+def replicated_with_launch(current, replan, by_device, slowdown, link_factor, split, compute, prefix, roundtrip,
+                           by_stage, state_bytes, activation_bytes, memory_cap, inflight, prefix_param_bytes,
+                           bandwidth_gbps, num_layers, microbatches, minimum):
+    """``observation._replicated_levers`` with the launch partition among its candidates, timed by the same
+    compiled model (``_lever_kernel``) as the others."""
+    found = _plain_replicated(current, replan, by_device, slowdown, link_factor, split, compute, prefix, roundtrip,
+                              by_stage, state_bytes, activation_bytes, memory_cap, inflight, prefix_param_bytes,
+                              bandwidth_gbps, num_layers, microbatches, minimum)
+    candidates, replica_worst = found[0], found[5]
+    ideal = np.asarray(_ideal[0], dtype=np.int64)
+    if candidates[0, 0] < 0 or any((row == ideal).all() for row in candidates):
+        return found
+    candidates = np.vstack([candidates, ideal[None]])
+    replicas, num_stages = by_device.shape
+    ends = np.concatenate([candidates[:, 1:], np.full((len(candidates), 1), num_layers)], axis=1)
+    param_bytes = prefix_param_bytes[ends] - prefix_param_bytes[candidates]
+    sync = (param_bytes * 2 * (replicas - 1) / replicas * 8e-6 / bandwidth_gbps).max(axis=1)
+    with_split, balanced, with_balanced, replica_ms = observation_module._lever_kernel(
+        prefix, roundtrip, candidates, sync, by_device, link_factor, split, num_layers, replicas * microbatches,
+        minimum)
+    return candidates, with_split, balanced, with_balanced, replica_ms, replica_worst
+
+
+def launch_model_levers(self, current, replan, figures, by_device, observation):
+    """``ObservationEncoder._levers`` with :func:`replicated_with_launch` in place of the compiled call."""
+    _ideal[0] = self.planner.ideal_boundaries
+    return _plain_levers(self, current, replan, figures, by_device, observation)
+
+
+def patched(name: str):
+    """The (``_levers``, ``_replicated_levers``) a ``launch`` variant runs with, or None for other names."""
+    if name == "launch":
+        return launch_levers, _plain_replicated
+    if name == "launch-model":
+        return launch_model_levers, replicated_with_launch
+    return None
+
+
 def is_exact(name: str) -> bool:
     """Whether ``name`` is an ``exact`` variant; if so, its options are set."""
     if name != "exact" and not name.startswith("exact:"):
@@ -201,12 +272,12 @@ def remembering_reset(self, *args, **kwargs):
 
 def job(args):
     layout, preset, name, episodes, seed = args
-    if name == "launch":
-        ObservationEncoder._levers = launch_levers
+    if patched(name) is not None:
+        ObservationEncoder._levers, observation_module._replicated_levers = patched(name)
         try:
             _, out = _plain_job((layout, preset, "falcon-early", episodes, seed))
         finally:
-            ObservationEncoder._levers = _plain_levers
+            ObservationEncoder._levers, observation_module._replicated_levers = _plain_levers, _plain_replicated
         return (layout, preset, name), out
     if not is_exact(name):
         return _plain_job(args)
@@ -221,12 +292,12 @@ def job(args):
 def held_out_job(task):
     """keen_resplit's held-out episode, ``exact`` variants patched in for that episode only."""
     name = task[0]
-    if name == "launch":
-        ObservationEncoder._levers = launch_levers
+    if patched(name) is not None:
+        ObservationEncoder._levers, observation_module._replicated_levers = patched(name)
         try:
             return keen_resplit.held_out_job(("falcon-early", *task[1:]))
         finally:
-            ObservationEncoder._levers = _plain_levers
+            ObservationEncoder._levers, observation_module._replicated_levers = _plain_levers, _plain_replicated
     if not is_exact(name):
         return keen_resplit.held_out_job(task)
     ObservationEncoder._levers, RepartitionEnv.reset = exact_levers, remembering_reset
