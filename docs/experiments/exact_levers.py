@@ -76,6 +76,16 @@ timed by the planner's `predict_job_ms`), nothing else exact. At 4 x 2 (the tabl
 the launch candidate carries most of heavy's and mixed's gain, exact timing of the encoder's own candidates
 drift's and persistent's (`exact:nobest`), and the cost of either is the simulation a step adds.
 
+What exact timing adds on drift, traced (4 x 2, `exact:nobest`, episodes one by one: +0.0082 on the episode of
+index 8, cnn16 under GPipe with 32 micro-batches, +0.0066 on index 1, the other eight +0.0024 to +0.0000): there
+the model's error is in the plan running. At 1,655 s, the 1.22x co-location it was fitted to having ended and a 1.6x
+one on replica 1's last stage going on, the model put the plan running at 1,467.6 ms an iteration where the
+kernel, at the same estimates, puts it at 1,537.4 (the truth 1,537.7), and the re-plan at 1,424.6 (1,424.5): a gain
+of 3.0%, at the rules' bar, where it is 7.9%. The same at 1,040 s (the rebalance: 1,556.9 -> 1,421.1 predicted,
+1,560.3 -> 1,467.3 exact) and 3,114 s. So on drift and persistent the fill-plus-bottleneck model misprices plans
+fitted to other conditions; a compiled exact timing of the plan running and the one or two candidates a count
+would act on is what those cells need.
+
 The same candidate in the encoder's own compiled model costs nothing: `launch-model` appends the launch partition
 to `_replicated_levers`' candidates, timed by `_lever_kernel` with its balanced split like the others (a second
 call of the kernel here; a row more in the package). Measured 02:20-02:26, minus `falcon-early`:
