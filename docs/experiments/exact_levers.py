@@ -57,10 +57,11 @@ Its cost, one process, random actions (97% keep), 40 episodes of 10 minutes of t
 and 2,617 with `reuse=0.01` (53% of the replicated decisions reuse), 2,013 and 2,422 with `reuse=0.02` (59%).
 Caching by the estimates does not help either: in 44 held-out episodes 69% of the replicated decisions met an
 estimate vector (1% grid) not seen before in their episode. Profiled (20 of those episodes, `exact`): of 4.7 s,
-the variant took 2.5 s: the reference's search (`SimulatedJob.best`) 1.1 s, of which 0.45 s rebuilding graph banks
-the episode's own job already holds, and timing plans 0.8 s, about 9 a decision with repeats. A version for the
-package would share the job's graph bank, time each distinct plan once and run the search only where a lever
-could gain; not built. (Each distinct plan is now timed once a decision; with the search rerun only once an
+the variant took 2.5 s: the reference's search (`SimulatedJob.best`) 1.1 s, of which 0.45 s growing the shared
+graph bank (a skewed split needs graphs of more micro-batches than the job had run: paid once per shape), and
+timing plans 0.8 s, about 9 a decision with repeats. A version for the package would time each distinct plan once
+and run the search only where a lever could gain; not built. (Each distinct plan is now timed once a decision,
+which changes no figure; with the search rerun only once an
 estimate has moved by 2% or 5% since the last, `exact:search=0.02` and `=0.05` ran at 2,006 / 2,247 and 2,354 /
 2,205 steps/s against 3,168 / 4,612 as shipped and 1,783 / 2,439 with `exact`, on a noisy hour: no clear saving.)
 
@@ -160,13 +161,11 @@ def exact_levers(self, current, replan, figures, by_device, observation):
     trace = job.trace
     estimates = np.exp(np.round(np.log(by_device.reshape(-1)) / GRID) * GRID)
     timed.trace = InterferenceTrace(np.zeros(1), estimates[None], np.ones_like(trace.link_factor[:1]),
-                                    trace.duration_s, trace.name,
-                                    None)
+                                    trace.duration_s, trace.name, None)
     for cache in (timed._timing_cache, timed._best_cache, timed._conditions_cache, timed._same_row,
                   timed._row_by_conditions):
         cache.clear()
     row = 0
-
     timings: dict = {}
 
     def ms(plan):
