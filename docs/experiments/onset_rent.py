@@ -34,9 +34,9 @@ Run from the repository root (the table of `onset_blind.py`):
 Measured 2026-12-08 01:10 (the table's episodes, 10 a preset, 4 x 1), minus `falcon-early`: every variant
 (`rent`, `rent:any=0`, `rent:history=1`, `rent:stalls=24`) within 0.0001 on heavy, drift, persistent and mixed. On
 heavy's episodes one by one, `rent` gained +0.0005 and +0.0010 on two (the 9.05x slowdown above is one), lost
--0.0018 on one, and tied on seven. The efficiency is a mean over decisions, and an interval of 34 s at 0.23 is one
-decision of some 700; and at the run's start, where the 3.7x straggler's onset was, `timers_steady` (40 device
-intervals first) holds it. Not pursued.
+-0.0018 on one, and was within 0.0001 on seven. The efficiency is a mean over decisions, and an interval of 34 s
+at 0.23 is one decision of some 700; and at the run's start, where the 3.7x straggler's onset was, `timers_steady`
+(40 device intervals first) holds it. Not pursued.
 """
 import math
 import sys
@@ -105,15 +105,17 @@ class RentFalcon(EarlyFalconPolicy):
         return KEEP if plan is None else plan
 
 
+_plain_build = onset_blind.build
+
+
 def build(name):
+    """A policy by name: ``rent`` or ``rent:stalls=S;any=0|1;history=0|1``, else onset_blind's names."""
     if name == "rent" or name.startswith("rent:"):
         options = dict(p.split("=") for p in name[len("rent:"):].split(";") if p) if ":" in name else {}
         return RentFalcon(float(options.get("stalls", 12)), options.get("any", "1") == "1",
                           options.get("history", "0") == "1")
     return _plain_build(name)
 
-
-_plain_build = onset_blind.build
 
 if __name__ == "__main__":
     onset_blind.build = build
