@@ -77,6 +77,11 @@ timed by the planner's `predict_job_ms`), nothing else exact. At 4 x 2 (the tabl
 the launch candidate carries most of heavy's and mixed's gain, exact timing of the encoder's own candidates
 drift's and persistent's (`exact:nobest`), and the cost of either is the simulation a step adds.
 
+On mixed at 4 x 2 (episodes one by one, 02:56) the oracle's lead over `falcon-early` is spread over every
+episode (+0.0123 to +0.0725; on the large models it re-splits 16-37 times an hour where `falcon-early` does 11-27,
+and on mlp16 20-26 where `falcon-early` does 371-406), and `exact:nobest;launch` takes little of it (+0.0089 to
+-0.0031, six episodes up): there the rules' gates hold the moves (`hybrid_gap.py`), not the levers' model.
+
 What exact timing adds on drift, traced (4 x 2, `exact:nobest`, episodes one by one: +0.0082 on the episode of
 index 8, cnn16 under GPipe with 32 micro-batches, +0.0066 on index 1, the other eight +0.0024 to +0.0000): there
 the model's error is in the plan running. At 1,655 s, the 1.22x co-location it was fitted to having ended and a 1.6x
