@@ -165,6 +165,7 @@ from rlpipe.simulator import NO_OVERHEADS
 _plain_job = onset_blind.job
 _plain_levers = ObservationEncoder._levers
 _plain_reset = RepartitionEnv.reset
+_plain_replicated = observation_module._replicated_levers
 _episode: dict = {}
 # exact:nobest times the encoder's own candidates only; exact:reuse=R keeps the last exact timing while no
 # device's estimate has moved by R (log) since and the plan running is the same; exact:search=R runs the reference's
@@ -192,7 +193,7 @@ def exact_levers(self, current, replan, figures, by_device, observation):
                                                  job.ideal_boundaries, np.random.default_rng(0))
         timed.patterns = job.patterns
     trace = job.trace
-    estimates = np.exp(np.round(np.log(by_device.reshape(-1)) / GRID) * GRID)
+    estimates = np.exp(np.round(logs / GRID) * GRID)
     timed.trace = InterferenceTrace(np.zeros(1), estimates[None], np.ones_like(trace.link_factor[:1]),
                                     trace.duration_s, trace.name, None)
     for cache in (timed._timing_cache, timed._best_cache, timed._conditions_cache, timed._same_row,
@@ -251,7 +252,6 @@ def launch_levers(self, current, replan, figures, by_device, observation):
     return Targets(targets.replan, targets.rebalance, (launch, fitted), figures)
 
 
-_plain_replicated = observation_module._replicated_levers
 _ideal: list = [None]  # the launch partition of the job whose levers are being found
 
 
@@ -284,28 +284,27 @@ def launch_model_levers(self, current, replan, figures, by_device, observation):
     return _plain_levers(self, current, replan, figures, by_device, observation)
 
 
-def patched(name: str):
-    """The (``_levers``, ``_replicated_levers``) a ``launch`` variant runs with, or None for other names."""
-    if name == "launch":
-        return launch_levers, _plain_replicated
-    if name == "launch-model":
-        return launch_model_levers, replicated_with_launch
-    if name == "exact:nobest;launch":  # the launch candidate in the model, every candidate then timed exactly
-        is_exact("exact:nobest")
-        return (lambda *args: (_ideal.__setitem__(0, args[0].planner.ideal_boundaries), exact_levers(*args))[1],
-                replicated_with_launch)
-    return None
+def exact_with_launch(self, current, replan, figures, by_device, observation):
+    """:func:`exact_levers` over the candidates of :func:`replicated_with_launch`."""
+    _ideal[0] = self.planner.ideal_boundaries
+    return exact_levers(self, current, replan, figures, by_device, observation)
 
 
-def is_exact(name: str) -> bool:
-    """Whether ``name`` is an ``exact`` variant; if so, its options are set."""
-    if name != "exact" and not name.startswith("exact:"):
-        return False
-    options = name[len("exact:"):].split(";") if ":" in name else []
-    _options["with_best"] = "nobest" not in options
-    _options["reuse"] = next((float(o.split("=")[1]) for o in options if o.startswith("reuse=")), 0.0)
-    _options["search_every"] = next((float(o.split("=")[1]) for o in options if o.startswith("search=")), 0.0)
-    return True
+def variant_patches(name: str) -> list | None:
+    """What the variant ``name`` replaces ((object, attribute, value) each; its options set), None for other names."""
+    levers, replicated = {"launch": (launch_levers, _plain_replicated),
+                          "launch-model": (launch_model_levers, replicated_with_launch),
+                          "exact:nobest;launch": (exact_with_launch, replicated_with_launch)}.get(name, (None, None))
+    if name == "exact" or name.startswith("exact:"):
+        options = name[len("exact:"):].split(";") if ":" in name else []
+        _options["with_best"] = "nobest" not in options
+        _options["reuse"] = next((float(o.split("=")[1]) for o in options if o.startswith("reuse=")), 0.0)
+        _options["search_every"] = next((float(o.split("=")[1]) for o in options if o.startswith("search=")), 0.0)
+        levers, replicated = levers or exact_levers, replicated or _plain_replicated
+    if levers is None:
+        return None
+    return [(ObservationEncoder, "_levers", levers), (observation_module, "_replicated_levers", replicated),
+            (RepartitionEnv, "reset", remembering_reset)]
 
 
 def remembering_reset(self, *args, **kwargs):
@@ -317,44 +316,17 @@ def remembering_reset(self, *args, **kwargs):
 
 
 def job(args):
-    layout, preset, name, episodes, seed = args
-    if patched(name) is not None:
-        ObservationEncoder._levers, observation_module._replicated_levers = patched(name)
-        RepartitionEnv.reset = remembering_reset
-        try:
-            _, out = _plain_job((layout, preset, "falcon-early", episodes, seed))
-        finally:
-            ObservationEncoder._levers, observation_module._replicated_levers = _plain_levers, _plain_replicated
-            RepartitionEnv.reset = _plain_reset
-        return (layout, preset, name), out
-    if not is_exact(name):
-        return _plain_job(args)
-    ObservationEncoder._levers, RepartitionEnv.reset = exact_levers, remembering_reset
-    try:
-        _, out = _plain_job((layout, preset, "falcon-early", episodes, seed))
-    finally:
-        ObservationEncoder._levers, RepartitionEnv.reset = _plain_levers, _plain_reset
-    return (layout, preset, name), out
+    patches = variant_patches(args[2])
+    return _plain_job(args) if patches is None else onset_blind.falcon_early_job(args, patches)
 
 
 def held_out_job(task):
-    """keen_resplit's held-out episode, ``exact`` variants patched in for that episode only."""
-    name = task[0]
-    if patched(name) is not None:
-        ObservationEncoder._levers, observation_module._replicated_levers = patched(name)
-        RepartitionEnv.reset = remembering_reset
-        try:
-            return keen_resplit.held_out_job(("falcon-early", *task[1:]))
-        finally:
-            ObservationEncoder._levers, observation_module._replicated_levers = _plain_levers, _plain_replicated
-            RepartitionEnv.reset = _plain_reset
-    if not is_exact(name):
+    """keen_resplit's held-out episode, a variant's patches in force for that episode only."""
+    patches = variant_patches(task[0])
+    if patches is None:
         return keen_resplit.held_out_job(task)
-    ObservationEncoder._levers, RepartitionEnv.reset = exact_levers, remembering_reset
-    try:
+    with onset_blind.patched(patches):
         return keen_resplit.held_out_job(("falcon-early", *task[1:]))
-    finally:
-        ObservationEncoder._levers, RepartitionEnv.reset = _plain_levers, _plain_reset
 
 
 def held_out(names, episodes):

@@ -12,8 +12,10 @@ argument; `fe:onset=0`, without its onset re-split: `falcon-early` before 2026-1
 
 (about 3 minutes in 2 processes). Arguments: LAYOUT (stages x replicas), NAMES, EPISODES, SEED, [PRESETS].
 """
+import contextlib
 import sys
 from multiprocessing import Pool
+from unittest import mock
 
 import numpy as np
 
@@ -56,6 +58,28 @@ def job(args):
         r = run_episode(env, build(name), seed * EPISODE_SEED_STRIDE + ep, preset)
         out.append((r.efficiency, r.repartitions_per_hour + r.rebalances_per_hour))
     return (layout, preset, name), out
+
+
+_episodes_job = job  # scripts replace ``job``; the variants below run this one
+
+
+@contextlib.contextmanager
+def patched(patches):
+    """``patches`` ((object, attribute, value) each) in force within the block, in this process only."""
+    with contextlib.ExitStack() as stack:
+        for target, attribute, value in patches:
+            stack.enter_context(mock.patch.object(target, attribute, value))
+        yield
+
+
+def falcon_early_job(args, patches):
+    """:func:`job` for `falcon-early` with ``patches`` in force (an encoder variant), under the variant's name."""
+    layout, preset, name, episodes, seed = args
+    with patched(patches):
+        _, out = _episodes_job((layout, preset, "falcon-early", episodes, seed))
+    return (layout, preset, name), out
+
+
 def main(argv):
     """The table for ``argv`` (LAYOUT NAMES EPISODES SEED [PRESETS]); episodes run in 2 forked processes, each
     building its policies with this module's ``build`` (another script may replace it before calling)."""

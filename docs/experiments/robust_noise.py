@@ -46,7 +46,6 @@ import onset_blind
 from rlpipe.observation import MEDIAN_ABS_DIFF_TO_SIGMA, ObservationEncoder
 
 _plain_job = onset_blind.job
-_plain_noise_levels = ObservationEncoder._noise_levels
 
 
 def pooled_noise_levels(self, window: int) -> tuple[float, float]:
@@ -65,17 +64,13 @@ def pooled_noise_levels(self, window: int) -> tuple[float, float]:
 
 
 def job(args):
-    layout, preset, name, episodes, seed = args
+    name = args[2]
     if not (name == "rn" or name.startswith("rn:")):
         return _plain_job(args)
     options = dict(p.split("=") for p in name[3:].split(";") if p) if ":" in name else {}
     window = int(options.get("window", 20))
-    ObservationEncoder._noise_levels = lambda self: pooled_noise_levels(self, window)
-    try:
-        (_, _, _), out = _plain_job((layout, preset, "falcon-early", episodes, seed))
-    finally:
-        ObservationEncoder._noise_levels = _plain_noise_levels
-    return (layout, preset, name), out
+    return onset_blind.falcon_early_job(
+        args, [(ObservationEncoder, "_noise_levels", lambda self: pooled_noise_levels(self, window))])
 
 
 if __name__ == "__main__":

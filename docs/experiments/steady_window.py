@@ -51,16 +51,11 @@ def forgetting_observe(window: int):
 
 
 def job(args):
-    layout, preset, name, episodes, seed = args
+    name = args[2]
     if not name.startswith("track:"):
         return _plain_job(args)
     window = int(dict(p.split("=") for p in name[len("track:"):].split(";"))["window"])
-    ObservationEncoder.observe = forgetting_observe(window)
-    try:
-        _, out = _plain_job((layout, preset, "falcon-early", episodes, seed))
-    finally:
-        ObservationEncoder.observe = _plain_observe
-    return (layout, preset, name), out
+    return onset_blind.falcon_early_job(args, [(ObservationEncoder, "observe", forgetting_observe(window))])
 
 
 if __name__ == "__main__":
